@@ -1,0 +1,182 @@
+"""The FastAPI application: routers, one error handler, limits, health and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import resources
+from service.admin import router as admin_router
+from service.admin.service import bootstrap_admin
+from service.config import Settings
+from service.context import AppContext
+from service.errors import ServiceError
+from service.features import router as features_router
+from service.ingest import router as ingest_router
+from service.streams import router as streams_router
+from service.windows import router as windows_router
+
+log = logging.getLogger("selectivity")
+
+REQUESTS = Counter("selectivity_requests_total", "HTTP requests", ["route", "status"])
+LATENCY = Histogram("selectivity_request_seconds", "HTTP request latency", ["route"])
+
+
+def _error(status: int, kind: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+
+
+def _loc(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "body"
+
+
+class BodyLimit:
+    """Refuse bodies over ``max_body_bytes`` with 413, whether or not Content-Length is sent."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _error(413, "PayloadTooLarge",
+                             f"body of {int(value)} bytes exceeds the limit of {self.limit}")(
+                    scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return msg
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _error(413, "PayloadTooLarge", f"body exceeds the limit of {self.limit} bytes")(
+                scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None, *, ctx: AppContext | None = None) -> FastAPI:
+    """The app. With ``ctx`` given (tests), the caller owns the resources; otherwise the
+    lifespan builds them (and, in embedded mode, the embedded Redis and the worker)."""
+    settings = settings or (ctx.settings if ctx else Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if ctx is not None:
+            app.state.ctx = ctx
+            yield
+            return
+        from workers import runner
+
+        embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
+        own = await resources.build(settings, embedded=embedded)
+        app.state.ctx = own
+        path = await bootstrap_admin(ctx=own)
+        if path:
+            log.warning("created the bootstrap admin key in %s (mode 0600)", path)
+        worker = None
+        if settings.run_worker_in_process:
+            from service.context import make_process_pool
+
+            own.executor = make_process_pool()
+            worker = asyncio.create_task(runner.run_in_process(own))
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.cancel()
+                await asyncio.gather(worker, return_exceptions=True)
+            await resources.close(own)
+            if embedded is not None:
+                embedded.close()
+
+    app = FastAPI(title="Selectivity", version="0.1.0", lifespan=lifespan,
+                  description="Data selectivity after Pyramid: hot window, DP count tables.")
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error(exc.status_code, type(exc).__name__, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        msgs = []
+        for e in exc.errors()[:10]:
+            msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+            msgs.append(f"{_loc(tuple(e.get('loc', ())))}: {msg}")
+        return _error(422, "ValidationError", "; ".join(msgs))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        return _error(exc.status_code, kind, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error: %s", type(exc).__name__)  # no values: they may be raw data
+        return _error(500, "InternalError", "internal error; see the server log")
+
+    @app.middleware("http")
+    async def _metrics(request: Request, call_next):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        response = await call_next(request)
+        path = getattr(request.scope.get("route"), "path", "unmatched")
+        LATENCY.labels(path).observe(time.perf_counter() - start)
+        REQUESTS.labels(path, str(response.status_code)).inc()
+        return response
+
+    for r in (streams_router.router, ingest_router.router, features_router.router,
+              windows_router.router, admin_router.router):
+        app.include_router(r)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(request: Request) -> JSONResponse:
+        c: AppContext = request.app.state.ctx
+        try:
+            await c.redis.ping()
+            async with c.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            return _error(503, "Unavailable", f"not ready: {type(exc).__name__}")
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if ctx is not None:
+        app.state.ctx = ctx
+    return app

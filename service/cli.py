@@ -1,0 +1,106 @@
+"""The ``selectivity`` command: serve, worker, migrate, admin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from service.config import Settings
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's message names the variable
+        sys.exit(f"configuration error: {exc}")
+
+
+def cmd_migrate(_: argparse.Namespace) -> None:
+    from service.db.migrate import upgrade
+
+    s = _settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(s.resolved_database_url)
+    print("migrations applied")
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.app import create_app
+    from service.db.migrate import upgrade
+
+    s = _settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    if not args.no_migrate:
+        upgrade(s.resolved_database_url)
+    mode = "embedded Redis" if s.embedded_redis else "external Redis"
+    print(f"selectivity: {mode}, database {s.resolved_database_url.split('@')[-1]}, "
+          f"data dir {s.data_dir.resolve()}; worker in process: {s.run_worker_in_process}",
+          flush=True)
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info",
+                access_log=False)
+
+
+def cmd_worker(_: argparse.Namespace) -> None:
+    from service import resources
+    from workers.runner import run_standalone
+
+    s = _settings()
+    if s.embedded_redis:
+        sys.exit("the standalone worker needs SELECTIVITY_REDIS_URL (embedded mode runs the "
+                 "worker inside 'selectivity serve')")
+
+    async def main() -> None:
+        ctx = await resources.build(s)
+        try:
+            await run_standalone(ctx)
+        finally:
+            await resources.close(ctx)
+
+    asyncio.run(main())
+
+
+def cmd_create_key(args: argparse.Namespace) -> None:
+    from service.admin import service as keys
+    from service.db.session import make_engine, make_sessionmaker
+
+    s = _settings()
+
+    async def main() -> str:  # keys live in SQL only: no Redis needed
+        engine = make_engine(s.resolved_database_url)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                created = await keys.create(session=session, role=args.role, name=args.name)
+        finally:
+            await engine.dispose()
+        return created.key
+
+    print(asyncio.run(main()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    p = argparse.ArgumentParser(prog="selectivity", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sp = sub.add_parser("serve", help="run the API (and, in embedded mode, Redis and the worker)")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
+    sp.set_defaults(fn=cmd_serve)
+    sub.add_parser("worker", help="run the worker alone (production)").set_defaults(fn=cmd_worker)
+    sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=cmd_migrate)
+    admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin", required=True)
+    ck = admin.add_parser("create-key", help="print a new API key")
+    ck.add_argument("--role", required=True,
+                    choices=["admin", "producer", "model", "curator", "annotator", "analyst"])
+    ck.add_argument("--name", default="")
+    ck.set_defaults(fn=cmd_create_key)
+    args = p.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Process-wide resources, built once (in the API's lifespan or the worker's startup)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import multiprocessing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from service.config import Settings
+from service.keys import Keys
+
+T = TypeVar("T")
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    redis: Redis
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker
+    keys: Keys
+    executor: concurrent.futures.Executor | None = None
+    caches: dict[str, Any] = field(default_factory=dict)
+
+    async def run_cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """CPU-heavy work (noise generation, model training) off the event loop: in the
+        process pool when there is one, else in a thread."""
+        call = functools.partial(fn, *args, **kwargs)
+        if self.executor is None:
+            return await asyncio.to_thread(call)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+
+
+def make_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecutor:
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))

@@ -1,0 +1,411 @@
+"""Count-median sketch: hashing, increments, estimates and an in-memory sketch (pure, numpy only).
+
+Each count table of a stream is a *count-median sketch* (called "count sketch" in the
+literature): for every label ``y`` it keeps ``depth`` rows of ``width`` signed integer cells.
+
+Source: M. Charikar, K. Chen, M. Farach-Colton, "Finding frequent items in data streams",
+ICALP 2002 (Theoretical Computer Science 312(1), 2004).  Pyramid (M. Lécuyer et al., "Pyramid:
+Enhancing Selectivity in Big Data Protection with Count Featurization", IEEE S&P 2017) uses these
+sketches for its count tables, with every cell initialised with differential-privacy noise; its
+released sign hash always returned +1, which silently turns the sketch into a count-min sketch
+with a median estimator.  Here the sign hash is a genuine, independent +/-1 hash per row.
+
+Update, for an observation with label index ``y`` and key ``k`` (canonical bytes of the table's
+feature values), for every row ``i``::
+
+    C[y][i][h_i(k)] += s_i(k),        h_i(k) in [0, width),  s_i(k) in {+1, -1}
+
+Estimate, over an aggregate ``A`` (int64, typically the sum of several windows' tables)::
+
+    c_hat(y, k) = median_i  s_i(k) * A[y][i][h_i(k)]
+
+Because ``s_i(k)`` is independent of the signs of the colliding keys and of the (zero-mean,
+symmetric) noise, every row's term is ``c(y, k)`` plus a symmetric zero-mean error, so the
+estimate is unbiased; an unsigned count-min estimate ``min_i A[y][i][h_i(k)]`` is instead biased
+low as soon as zero-mean noise dominates the collision mass (the minimum of ``depth`` noise draws
+is negative) and biased high when collisions dominate.
+
+Storage layout (Redis, another module): big-endian int32 cells, ``[label][row][bucket]``, i.e.
+``flat = label * depth * width + row * width + bucket``; read with ``np.frombuffer(buf, '>i4')``.
+
+Hash construction (stable; changing it invalidates stored tables)::
+
+    digest = BLAKE2b(key=seed, person=b"selectivity-cms", digest_size=4 * depth,
+                     message = len(table_utf8).to_bytes(8, "big") || table_utf8 || key)
+    word_i = little-endian uint32 of digest[4 i : 4 i + 4]       (i = 0 .. depth - 1)
+    h_i(k) = word_i & (width - 1)                                 (low bits)
+    s_i(k) = +1 if word_i >> 31 == 0 else -1                      (top bit)
+
+``width <= 2**24`` so the bucket bits (0..23) and the sign bit (31) never overlap; the rows use
+disjoint digest bytes, so rows are independent (under the PRF assumption on keyed BLAKE2b).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_WIDTH",
+    "CountMedianSketch",
+    "SketchSpec",
+    "aggregate_increments",
+    "cell_indices",
+    "estimate",
+    "estimate_count_min",
+    "hash_keys",
+]
+
+MAX_WIDTH = 2**24
+MAX_DEPTH = 16
+_PERSON = b"selectivity-cms"
+_MAX_SEED_BYTES = hashlib.blake2b.MAX_KEY_SIZE  # 64
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class SketchSpec:
+    """Shape of a count-median sketch: ``n_labels`` x ``depth`` rows x ``width`` buckets.
+
+    ``width`` is a power of two in ``[2, 2**24]`` (buckets are the low bits of a 32-bit hash
+    word whose top bit is the sign), ``depth`` is in ``[1, 16]`` (4 digest bytes per row, BLAKE2b
+    digests are at most 64 bytes) and ``n_labels >= 1``.
+    """
+
+    width: int
+    depth: int
+    n_labels: int
+
+    def __post_init__(self) -> None:
+        width, depth, n_labels = self.width, self.depth, self.n_labels
+        if not _is_int(width):
+            raise ValueError(f"width must be an int, got {width=!r}")
+        if not _is_int(depth):
+            raise ValueError(f"depth must be an int, got {depth=!r}")
+        if not _is_int(n_labels):
+            raise ValueError(f"n_labels must be an int, got {n_labels=!r}")
+        width, depth, n_labels = int(width), int(depth), int(n_labels)
+        if width < 2 or width & (width - 1):
+            raise ValueError(f"width must be a power of two, got {width=}")
+        if width > MAX_WIDTH:
+            raise ValueError(f"width must be at most 2**24 = {MAX_WIDTH}, got {width=}")
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be in [1, {MAX_DEPTH}], got {depth=}")
+        if n_labels < 1:
+            raise ValueError(f"n_labels must be >= 1, got {n_labels=}")
+        # Normalise numpy integers to plain ints (keeps equality/hash/repr simple).
+        object.__setattr__(self, "width", width)
+        object.__setattr__(self, "depth", depth)
+        object.__setattr__(self, "n_labels", n_labels)
+
+    @property
+    def cells(self) -> int:
+        """Total number of cells, ``n_labels * depth * width``."""
+        return self.n_labels * self.depth * self.width
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(n_labels, depth, width)``, the shape of the ``[label][row][bucket]`` layout."""
+        return (self.n_labels, self.depth, self.width)
+
+
+def _check_seed_table(seed: bytes, table: str) -> None:
+    if not isinstance(seed, bytes):
+        raise ValueError(f"seed must be bytes, got {type(seed).__name__}")
+    if not 1 <= len(seed) <= _MAX_SEED_BYTES:
+        raise ValueError(f"seed must be 1..{_MAX_SEED_BYTES} bytes long, got {len(seed)} bytes")
+    if not isinstance(table, str):
+        raise ValueError(f"table must be a str, got {type(table).__name__}")
+
+
+def hash_keys(
+    keys: Sequence[bytes], *, seed: bytes, table: str, spec: SketchSpec
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hash keys to per-row buckets ``h_i(k)`` and signs ``s_i(k)``.
+
+    Returns ``(buckets, signs)``: ``buckets`` int64 of shape ``(n, depth)`` in ``[0, width)``,
+    ``signs`` int8 of shape ``(n, depth)`` in ``{-1, +1}``.
+
+    Keyed BLAKE2b (``hashlib.blake2b(key=seed, person=b"selectivity-cms",
+    digest_size=4*depth)``) over ``len(table) (8 bytes, big-endian) || table (utf-8) || key``, so
+    different tables of a stream (and different streams' seeds) hash independently.  Row ``i``
+    uses digest bytes ``[4i, 4i+4)`` read as a little-endian uint32 ``w``: bucket = ``w & (width
+    - 1)`` (low bits), sign = ``+1`` if the top bit of ``w`` is 0 else ``-1``.  Count-sketch
+    hashing as in Charikar, Chen & Farach-Colton (2002).
+
+    Each distinct key is hashed once (inputs may be ~1M keys with few distinct values); keys
+    must be ``bytes`` (hashable, so that equal keys dedupe).
+    """
+    _check_seed_table(seed, table)
+    depth, mask = spec.depth, spec.width - 1
+    n = len(keys)
+    if n == 0:
+        return np.empty((0, depth), dtype=np.int64), np.empty((0, depth), dtype=np.int8)
+
+    distinct = dict.fromkeys(keys)  # insertion-ordered distinct keys (C speed)
+    base = hashlib.blake2b(key=seed, person=_PERSON, digest_size=4 * depth)
+    table_bytes = table.encode("utf-8")
+    base.update(len(table_bytes).to_bytes(8, "big") + table_bytes)
+
+    digests = bytearray()
+    for key in distinct:
+        if not isinstance(key, bytes):
+            raise ValueError(f"keys must be bytes, got {type(key).__name__}")
+        h = base.copy()
+        h.update(key)
+        digests += h.digest()
+    words = np.frombuffer(bytes(digests), dtype="<u4").reshape(len(distinct), depth)
+    u_buckets = (words & np.uint32(mask)).astype(np.int64)
+    u_signs = (1 - 2 * (words >> np.uint32(31)).astype(np.int8)).astype(np.int8)
+
+    if len(distinct) == n:  # all keys distinct: already in input order
+        return u_buckets, u_signs
+    position = {key: i for i, key in enumerate(distinct)}
+    inverse = np.fromiter(map(position.__getitem__, keys), dtype=np.int64, count=n)
+    return u_buckets[inverse], u_signs[inverse]
+
+
+def _as_int_array(name: str, value: np.ndarray) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    return arr
+
+
+def _check_buckets(buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:
+    b = _as_int_array("buckets", buckets)
+    if b.ndim != 2 or b.shape[1] != spec.depth:
+        raise ValueError(f"buckets must have shape (n, depth={spec.depth}), got {b.shape}")
+    if b.size and (b.min() < 0 or b.max() >= spec.width):
+        raise ValueError(f"buckets must be in [0, width={spec.width})")
+    return b
+
+
+def _check_signs(signs: np.ndarray, spec: SketchSpec, n: int) -> np.ndarray:
+    s = _as_int_array("signs", signs)
+    if s.shape != (n, spec.depth):
+        raise ValueError(f"signs must have shape {(n, spec.depth)}, got {s.shape}")
+    if s.size and not np.all((s == 1) | (s == -1)):
+        raise ValueError("signs must be in {-1, +1}")
+    return s
+
+
+def cell_indices(labels: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:
+    """Flat cell indices ``label * depth * width + row * width + bucket``, int64 ``(n, depth)``.
+
+    ``labels``: integer ``(n,)`` in ``[0, n_labels)``; ``buckets``: ``(n, depth)`` from
+    :func:`hash_keys`.  Row ``i`` of an observation touches cell ``[labels][i][buckets[:, i]]`` of
+    the ``[label][row][bucket]`` layout.
+    """
+    b = _check_buckets(buckets, spec)
+    lab = _as_int_array("labels", labels)
+    if lab.ndim != 1 or lab.shape[0] != b.shape[0]:
+        raise ValueError(f"labels must have shape ({b.shape[0]},), got {lab.shape}")
+    if lab.size and (lab.min() < 0 or lab.max() >= spec.n_labels):
+        raise ValueError(f"labels must be in [0, n_labels={spec.n_labels})")
+    row_offsets = np.arange(spec.depth, dtype=np.int64) * spec.width
+    label_offsets = lab.astype(np.int64) * (spec.depth * spec.width)
+    return label_offsets[:, None] + row_offsets[None, :] + b.astype(np.int64)
+
+
+def aggregate_increments(
+    labels: np.ndarray, buckets: np.ndarray, signs: np.ndarray, spec: SketchSpec
+) -> tuple[np.ndarray, np.ndarray]:
+    """The increments a batch makes, summed per cell.
+
+    Observation ``j`` adds ``signs[j, i]`` to cell ``cell_indices(...)[j, i]`` for every row
+    ``i`` (``C[y][i][h_i(k)] += s_i(k)``).  Returns ``(indices, deltas)``: the flat cell indices,
+    sorted, unique, int64, and the summed int64 deltas; cells whose increments cancel (delta 0)
+    are dropped.  ``cells[indices] += deltas`` applies the batch.
+    """
+    idx = cell_indices(labels, buckets, spec).ravel()
+    sgn = _check_signs(signs, spec, buckets.shape[0]).ravel()
+    if idx.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if spec.cells <= 4 * idx.size + 4096:
+        # Dense counting: O(n + cells), exact integer arithmetic.
+        positive = sgn > 0
+        totals = np.bincount(idx[positive], minlength=spec.cells).astype(np.int64)
+        totals -= np.bincount(idx[~positive], minlength=spec.cells).astype(np.int64)
+        cells = np.flatnonzero(totals).astype(np.int64)
+        return cells, totals[cells]
+    # Sparse: sort and segment-sum (huge sketches, small batches).
+    order = np.argsort(idx, kind="stable")
+    sorted_idx = idx[order]
+    starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
+    deltas = np.add.reduceat(sgn[order].astype(np.int64), starts)
+    keep = deltas != 0
+    return sorted_idx[starts][keep].astype(np.int64), deltas[keep]
+
+
+def _gather(cells: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:
+    """``cells[l, i, buckets[j, i]]`` for all j, l, i as int64 of shape ``(n, n_labels, depth)``."""
+    c = np.asarray(cells)
+    if c.dtype.kind not in "iu":
+        raise ValueError(f"cells must be an integer array, got dtype {c.dtype}")
+    if c.shape == spec.shape:
+        c = c.reshape(-1)
+    elif c.shape != (spec.cells,):
+        raise ValueError(f"cells must have shape ({spec.cells},) or {spec.shape}, got {c.shape}")
+    b = _check_buckets(buckets, spec).astype(np.int64, copy=False)
+    label_offsets = np.arange(spec.n_labels, dtype=np.int64) * (spec.depth * spec.width)
+    row_offsets = np.arange(spec.depth, dtype=np.int64) * spec.width
+    flat = label_offsets[None, :, None] + (row_offsets[None, :] + b)[:, None, :]
+    return c.take(flat).astype(np.int64, copy=False)
+
+
+def estimate(
+    cells: np.ndarray, buckets: np.ndarray, signs: np.ndarray, spec: SketchSpec
+) -> np.ndarray:
+    """Count-median estimate ``c_hat(l, k) = median_i s_i(k) * A[l][i][h_i(k)]`` for every label.
+
+    ``cells``: integer aggregate ``A``, flat (length ``spec.cells``, ``[label][row][bucket]``) or
+    of shape ``(n_labels, depth, width)``; ``buckets``/``signs`` from :func:`hash_keys`.  Returns
+    float64 ``(n, n_labels)`` (for even ``depth`` the median averages the two middle rows).
+    Unbiased under zero-mean symmetric cell noise (Charikar, Chen & Farach-Colton 2002).
+    """
+    values = _gather(cells, buckets, spec)
+    s = _check_signs(signs, spec, values.shape[0]).astype(np.int64)
+    values *= s[:, None, :]
+    if values.shape[0] == 0:
+        return np.empty((0, spec.n_labels), dtype=np.float64)
+    values.sort(axis=2)  # depth <= 16: sorting the short axis beats np.median's partition
+    mid = spec.depth // 2
+    if spec.depth % 2:
+        return values[:, :, mid].astype(np.float64)
+    return (values[:, :, mid - 1].astype(np.float64) + values[:, :, mid]) / 2.0
+
+
+def estimate_count_min(cells: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:
+    """Unsigned count-min estimate ``min_i A[l][i][h_i(k)]``, float64 ``(n, n_labels)``.
+
+    For comparison only (tests and benchmarks): the cells must have been updated with ``+1``
+    in every row (signs ignored), as in Cormode & Muthukrishnan's count-min sketch (2005).  With
+    zero-mean noise in the cells this estimator is biased (low when noise dominates collisions).
+    """
+    values = _gather(cells, buckets, spec)
+    if values.shape[0] == 0:
+        return np.empty((0, spec.n_labels), dtype=np.float64)
+    return values.min(axis=2).astype(np.float64)
+
+
+class CountMedianSketch:
+    """In-memory count-median sketch (vocabulary of Apache DataSketches).
+
+    ``update`` adds observations, ``merge`` adds another sketch's cells (sketches are linear:
+    the merged sketch equals the sketch of the concatenated streams), ``estimate`` returns
+    ``median_i s_i(k) * C[l][i][h_i(k)]``, ``to_bytes``/``from_bytes`` use the Redis layout
+    (big-endian int32, ``[label][row][bucket]``).  Cells are int64 in memory.
+    """
+
+    def __init__(
+        self,
+        spec: SketchSpec,
+        *,
+        seed: bytes,
+        table: str,
+        cells: np.ndarray | None = None,
+    ) -> None:
+        if not isinstance(spec, SketchSpec):
+            raise ValueError(f"spec must be a SketchSpec, got {type(spec).__name__}")
+        _check_seed_table(seed, table)
+        self._spec = spec
+        self._seed = seed
+        self._table = table
+        if cells is None:
+            self._cells = np.zeros(spec.cells, dtype=np.int64)
+        else:
+            c = np.asarray(cells)
+            if c.dtype.kind not in "iu":
+                raise ValueError(f"cells must be an integer array, got dtype {c.dtype}")
+            if c.shape not in ((spec.cells,), spec.shape):
+                raise ValueError(
+                    f"cells must have shape ({spec.cells},) or {spec.shape}, got {c.shape}"
+                )
+            self._cells = c.astype(np.int64).reshape(-1)  # always a copy
+
+    @property
+    def spec(self) -> SketchSpec:
+        return self._spec
+
+    @property
+    def seed(self) -> bytes:
+        return self._seed
+
+    @property
+    def table(self) -> str:
+        return self._table
+
+    @property
+    def cells(self) -> np.ndarray:
+        """Read-only int64 view of the cells, shape ``(n_labels, depth, width)``."""
+        view = self._cells.reshape(self._spec.shape).view()
+        view.flags.writeable = False
+        return view
+
+    def copy(self) -> CountMedianSketch:
+        return CountMedianSketch(self._spec, seed=self._seed, table=self._table, cells=self._cells)
+
+    def update(self, keys: Sequence[bytes], labels: np.ndarray) -> None:
+        """For each ``(key, label)``: ``C[label][i][h_i(key)] += s_i(key)`` for every row ``i``."""
+        lab = _as_int_array("labels", labels)
+        if lab.ndim != 1 or lab.shape[0] != len(keys):
+            raise ValueError(f"labels must have shape ({len(keys)},), got {lab.shape}")
+        buckets, signs = hash_keys(keys, seed=self._seed, table=self._table, spec=self._spec)
+        idx, deltas = aggregate_increments(lab, buckets, signs, self._spec)
+        self._cells[idx] += deltas  # idx is unique, so fancy-index += is exact
+
+    def merge(self, other: CountMedianSketch) -> None:
+        """Add ``other``'s cells into this sketch (same spec, seed and table required)."""
+        if not isinstance(other, CountMedianSketch):
+            raise ValueError(f"can only merge a CountMedianSketch, got {type(other).__name__}")
+        if other._spec != self._spec:
+            raise ValueError(
+                f"cannot merge sketches with different specs: {self._spec} != {other._spec}"
+            )
+        if other._seed != self._seed:
+            raise ValueError("cannot merge sketches with different seeds")
+        if other._table != self._table:
+            raise ValueError(
+                f"cannot merge sketches of different tables: {self._table!r} != {other._table!r}"
+            )
+        self._cells += other._cells
+
+    def estimate(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Count-median estimates, float64 ``(n, n_labels)``; see :func:`estimate`."""
+        buckets, signs = hash_keys(keys, seed=self._seed, table=self._table, spec=self._spec)
+        return estimate(self._cells, buckets, signs, self._spec)
+
+    def to_bytes(self) -> bytes:
+        """Big-endian int32 (``'>i4'``) cells in ``[label][row][bucket]`` order.
+
+        Raises ``ValueError`` if a cell does not fit in int32.
+        """
+        c = self._cells
+        if c.size and (c.min() < _INT32_MIN or c.max() > _INT32_MAX):
+            raise ValueError("a cell value does not fit in int32; cannot serialise")
+        return c.astype(">i4").tobytes()
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, spec: SketchSpec, *, seed: bytes, table: str
+    ) -> CountMedianSketch:
+        """Inverse of :meth:`to_bytes`: ``np.frombuffer(data, '>i4')`` of length ``spec.cells``."""
+        if len(data) != 4 * spec.cells:
+            raise ValueError(
+                f"data must be 4 * spec.cells = {4 * spec.cells} bytes, got {len(data)}"
+            )
+        cells = np.frombuffer(data, dtype=">i4").astype(np.int64)
+        return cls(spec, seed=seed, table=table, cells=cells)
+
+    def __repr__(self) -> str:
+        return f"CountMedianSketch({self._spec!r}, table={self._table!r})"

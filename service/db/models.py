@@ -1,0 +1,106 @@
+"""SQL schema: what changes slowly and must be queried (DESIGN §7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class ApiKey(Base):
+    """An API key: only its SHA-256 is stored; the key itself is shown once."""
+
+    __tablename__ = "api_key"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))
+    key_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Stream(Base):
+    """A registered kind of observation. ``epoch`` is the open window; ``roll_target`` is set
+    while a roll to that epoch is under way (the crash-safety checkpoint)."""
+
+    __tablename__ = "stream"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    hash_seed: Mapped[bytes] = mapped_column(LargeBinary(32))
+    epoch: Mapped[int] = mapped_column(Integer, default=1)
+    epoch_started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    roll_target: Mapped[int | None] = mapped_column(Integer, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Window(Base):
+    """One window of one stream and the checkpoints of its life cycle.
+
+    state: ``open`` → ``hot`` (closed, still in the hot period) → ``counted`` (in the count period)
+    → ``expired`` (past retention; its tables are deleted). Independently of the state, the raw
+    data has its own checkpoints: ``cold_sealed_at`` (every entry sealed in the cold store and
+    verified; set by the cold-store issue's seal job) and ``hot_deleted_at`` (raw data deleted
+    from the hot store, which ``expire`` does only once ``cold_sealed_at`` is set).
+    """
+
+    __tablename__ = "stream_window"
+    __table_args__ = (UniqueConstraint("stream_id", "epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="open")
+    observations: Mapped[int | None] = mapped_column(Integer, default=None)
+    opened_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None] = mapped_column(default=None)
+    counted_at: Mapped[datetime | None] = mapped_column(default=None)
+    expired_at: Mapped[datetime | None] = mapped_column(default=None)
+    cold_sealed_at: Mapped[datetime | None] = mapped_column(default=None)
+    hot_deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class CountTable(Base):
+    """A count table of a stream: one per feature at creation, later one per selected group."""
+
+    __tablename__ = "count_table"
+    __table_args__ = (UniqueConstraint("stream_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(600))
+    features: Mapped[list[str]] = mapped_column(JSON)
+    first_epoch: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(String(20), default="feature")
+    score: Mapped[float | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

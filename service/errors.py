@@ -1,0 +1,57 @@
+"""One error hierarchy, one handler: ``{"error": ClassName, "detail": ...}``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+
+
+class ServiceError(Exception):
+    status_code: ClassVar[int] = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+
+
+class NotFound(ServiceError):
+    status_code = 404
+
+
+class Conflict(ServiceError):
+    status_code = 409
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+
+
+class ValidationFailed(ServiceError):
+    status_code = 422
+
+
+class Unavailable(ServiceError):
+    status_code = 503
+
+
+def error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route, so OpenAPI shows its errors."""
+    return {e.status_code: {"model": ErrorBody, "description": e.__name__} for e in errors}

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+
+from service.deps import CtxDep, ModelKey
+from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationFailed, error_responses
+from service.features import service
+from service.features.schemas import FeaturizeIn, FeaturizeOut
+from service.streams.router import StreamPath
+
+router = APIRouter(prefix="/v1/streams", tags=["features"])
+
+
+@router.post("/{stream}/featurize", response_model=FeaturizeOut,
+             responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable))
+async def featurize(body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath) -> Response:
+    out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
+    matrix: np.ndarray = out["rows"]
+    payload = {"epoch": out["epoch"], "columns": out["columns"],
+               "rows": np.where(np.isnan(matrix), None, matrix) if np.isnan(matrix).any() else matrix}
+    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+                    media_type="application/json")
+
+
+@router.get("/{stream}/trainset", responses={
+    200: {"content": {m: {} for m in service.MEDIA_TYPES.values()},
+          "description": "the hot period, featurized; epoch in X-Selectivity-Epoch"},
+    **error_responses(NotFound, Unavailable)})
+async def trainset(
+    ctx: CtxDep, _: ModelKey, stream: str = StreamPath,
+    format: Literal["arrow", "parquet", "ndjson"] = Query(default="arrow"),  # noqa: A002
+) -> StreamingResponse:
+    epoch, body = await service.trainset(ctx=ctx, name=stream, fmt=format)
+    return StreamingResponse(body, media_type=service.MEDIA_TYPES[format],
+                             headers={"X-Selectivity-Epoch": str(epoch)})

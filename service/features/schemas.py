@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.ingest.schemas import Scalar
+
+
+class FeaturizeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: list[dict[str, Scalar]] = Field(min_length=1)
+    model_id: str | None = Field(default=None, max_length=128)
+
+
+class FeaturizeOut(BaseModel):
+    epoch: int
+    columns: list[str]
+    rows: list[list[float | None]]

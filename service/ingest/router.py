@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+
+from service.deps import CtxDep, ProducerKey
+from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationFailed, error_responses
+from service.ingest import service
+from service.ingest.schemas import IngestIn, IngestOut
+from service.streams.router import StreamPath
+
+router = APIRouter(prefix="/v1/streams", tags=["ingest"])
+
+
+@router.post("/{stream}/observations", status_code=202, response_model=IngestOut,
+             responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable))
+async def ingest(
+    body: IngestIn, ctx: CtxDep, _: ProducerKey, response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    stream: str = StreamPath,
+) -> IngestOut:
+    out, replayed = await service.ingest(ctx=ctx, name=stream, body=body,
+                                         idempotency_key=idempotency_key)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return out

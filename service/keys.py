@@ -1,0 +1,43 @@
+"""Redis key names. Every key of one (stream, window) shares the hash tag ``{<stream>:<window>}``
+and every stream-level key the tag ``{<stream>}``, so the service works on Redis Cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    # stream level
+    def epoch(self, s: str) -> str:
+        return f"{self.prefix}:{{{s}}}:epoch"
+
+    def served(self, s: str) -> str:
+        return f"{self.prefix}:{{{s}}}:served"
+
+    def agg(self, s: str, epoch: int) -> str:
+        return f"{self.prefix}:{{{s}}}:agg:{epoch}"
+
+    def lock(self, s: str, what: str) -> str:
+        return f"{self.prefix}:{{{s}}}:lock:{what}"
+
+    # window level
+    def meta(self, s: str, w: int) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:meta"
+
+    def table(self, s: str, w: int, table_id: int) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:t:{table_id}"
+
+    def prior(self, s: str, w: int) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:prior"
+
+    def hot(self, s: str, w: int) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:hot"
+
+    def idem(self, s: str, w: int, token: str) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:idem:{token}"
+
+    def window_pattern(self, s: str, w: int) -> str:
+        return f"{self.prefix}:{{{s}:{w}}}:*"

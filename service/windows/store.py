@@ -1,0 +1,170 @@
+"""Redis side of windows: noise-initialised tables, window state, epoch pointers, the
+count-period aggregate, the hot stream (DESIGN §3, §7). No rules here: see ``service``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+from redis.asyncio import Redis
+
+from service.keys import Keys
+from service.lua import source
+from service.streams.runtime import StreamRuntime
+
+
+@dataclass
+class Aggregate:
+    """Sum of the count period's tables for one epoch (int64 cells)."""
+
+    epoch: int
+    lo: int
+    hi: int
+    windows: list[int]  # the windows actually summed (those of [lo, hi] that exist)
+    tables: dict[int, np.ndarray]  # table id -> flat int64 cells; a missing table is all zeros
+    prior: np.ndarray  # (L,) int64
+
+    @property
+    def n_windows(self) -> int:
+        return len(self.windows)
+
+    def to_redis(self) -> dict[str, bytes]:
+        order = sorted(self.tables)
+        meta = {"epoch": self.epoch, "lo": self.lo, "hi": self.hi, "windows": self.windows,
+                "tables": [[t, int(self.tables[t].size)] for t in order]}
+        blob = np.concatenate([self.tables[t] for t in order] + [self.prior]).astype(">i8")
+        return {"meta": orjson.dumps(meta), "cells": blob.tobytes()}
+
+    @classmethod
+    def from_redis(cls, data: dict[bytes, bytes]) -> Aggregate:
+        meta = orjson.loads(data[b"meta"])
+        cells = np.frombuffer(data[b"cells"], dtype=">i8").astype(np.int64)
+        tables: dict[int, np.ndarray] = {}
+        pos = 0
+        for tid, size in meta["tables"]:
+            tables[int(tid)] = cells[pos:pos + size]
+            pos += size
+        return cls(meta["epoch"], meta["lo"], meta["hi"], meta["windows"], tables, cells[pos:])
+
+
+class WindowStore:
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.r = redis
+        self.k = keys
+        self._prepare = redis.register_script(source("prepare"))
+
+    # -- window tables ---------------------------------------------------------------
+    async def state(self, s: str, w: int) -> str | None:
+        v = await self.r.hget(self.k.meta(s, w), "state")
+        return v.decode() if v is not None else None
+
+    async def write_tables(
+        self, rt: StreamRuntime, w: int, tables: dict[int, np.ndarray], prior: np.ndarray,
+        *, state: str,
+    ) -> bool:
+        """Write noise-initialised tables unless the window already opened; atomic."""
+        keys = [self.k.meta(rt.name, w)]
+        args: list[bytes | str] = []
+        for tid, cells in tables.items():
+            keys.append(self.k.table(rt.name, w, tid))
+            args.append(np.asarray(cells, dtype=">i4").tobytes())
+        keys.append(self.k.prior(rt.name, w))
+        args.append(np.asarray(prior, dtype=">i4").tobytes())
+        args.append(state)
+        return bool(await self._prepare(keys=keys, args=args))
+
+    async def set_state(self, s: str, w: int, state: str) -> None:
+        await self.r.hset(self.k.meta(s, w), "state", state)
+
+    async def read_tables(
+        self, rt: StreamRuntime, w: int, table_ids: Sequence[int]
+    ) -> tuple[dict[int, np.ndarray], np.ndarray] | None:
+        """A window's tables as int64 arrays; None if the window has no tables (never existed
+        or already deleted). A table missing in a window that has others reads as zeros
+        (it did not exist yet then)."""
+        pipe = self.r.pipeline(transaction=False)
+        for tid in table_ids:
+            pipe.get(self.k.table(rt.name, w, tid))
+        pipe.get(self.k.prior(rt.name, w))
+        raw = await pipe.execute()
+        if raw[-1] is None:
+            return None
+        out: dict[int, np.ndarray] = {}
+        for tid, buf in zip(table_ids, raw[:-1], strict=True):
+            out[tid] = (np.frombuffer(buf, ">i4").astype(np.int64) if buf is not None
+                        else np.zeros(rt.spec.cells, np.int64))
+        return out, np.frombuffer(raw[-1], ">i4").astype(np.int64)
+
+    async def delete_tables(self, rt: StreamRuntime, w: int, table_ids: Sequence[int]) -> None:
+        await self.r.delete(*[self.k.table(rt.name, w, t) for t in table_ids],
+                            self.k.prior(rt.name, w))
+
+    async def delete_hot(self, s: str, w: int) -> None:
+        await self.r.delete(self.k.hot(s, w))
+
+    async def delete_meta(self, s: str, w: int) -> None:
+        await self.r.delete(self.k.meta(s, w))
+
+    async def hot_length(self, s: str, w: int) -> int:
+        return int(await self.r.xlen(self.k.hot(s, w)))
+
+    # -- epoch pointers -----------------------------------------------------------------
+    async def epoch(self, s: str) -> int | None:
+        v = await self.r.get(self.k.epoch(s))
+        return int(v) if v is not None else None
+
+    async def set_epoch(self, s: str, epoch: int) -> None:
+        await self.r.set(self.k.epoch(s), epoch)
+
+    async def served(self, s: str) -> int | None:
+        v = await self.r.get(self.k.served(s))
+        return int(v) if v is not None else None
+
+    async def set_served(self, s: str, epoch: int) -> None:
+        await self.r.set(self.k.served(s), epoch)
+
+    # -- aggregate ----------------------------------------------------------------------
+    async def read_agg(self, s: str, epoch: int) -> Aggregate | None:
+        data = await self.r.hgetall(self.k.agg(s, epoch))
+        return Aggregate.from_redis(data) if data else None
+
+    async def write_agg(self, s: str, agg: Aggregate) -> None:
+        key = self.k.agg(s, agg.epoch)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping=agg.to_redis())  # type: ignore[arg-type]
+        await pipe.execute()
+
+    async def delete_aggs_before(self, s: str, epoch: int, *, oldest: int) -> None:
+        keys = [self.k.agg(s, e) for e in range(max(oldest, 1), epoch)]
+        if keys:
+            await self.r.delete(*keys)
+
+    # -- hot stream ---------------------------------------------------------------------
+    async def hot_last_id(self, s: str, w: int) -> bytes | None:
+        last = await self.r.xrevrange(self.k.hot(s, w), count=1)
+        return last[0][0] if last else None
+
+    async def hot_range(
+        self, s: str, w: int, start: bytes | str, end: bytes | str, count: int
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        return await self.r.xrange(self.k.hot(s, w), min=start, max=end, count=count)
+
+    # -- locks --------------------------------------------------------------------------
+    def lock(self, s: str, what: str, *, timeout: float, blocking_timeout: float | None):
+        return self.r.lock(self.k.lock(s, what), timeout=timeout,
+                           blocking_timeout=blocking_timeout)
+
+    async def rewrite_aof(self) -> bool:
+        """Rewrite the AOF so deleted hot data leaves the persistence files (DESIGN §7)."""
+        try:
+            conf = await self.r.config_get("appendonly")
+        except Exception:  # CONFIG may be disabled on managed Redis
+            return False
+        value = conf.get("appendonly", conf.get(b"appendonly"))
+        if value not in ("yes", b"yes"):
+            return False
+        await self.r.bgrewriteaof()
+        return True
