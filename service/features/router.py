@@ -21,8 +21,9 @@ router = APIRouter(prefix="/v1/streams", tags=["features"])
 async def featurize(body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath) -> Response:
     out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
     matrix: np.ndarray = out["rows"]
-    payload = {"epoch": out["epoch"], "columns": out["columns"],
-               "rows": np.where(np.isnan(matrix), None, matrix) if np.isnan(matrix).any() else matrix}
+    nan = np.isnan(matrix)
+    rows = np.where(nan, None, matrix).tolist() if nan.any() else matrix  # missing → null
+    payload = {"epoch": out["epoch"], "columns": out["columns"], "rows": rows}
     return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
                     media_type="application/json")
 

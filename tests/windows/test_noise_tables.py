@@ -1,0 +1,103 @@
+"""The noise in a window's tables: the right mechanism and scale, from the CSPRNG only."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.core.noise import discrete_gaussian_pmf, discrete_laplace_pmf
+from service.streams import service as streams
+from service.windows import service as windows
+from tests.conftest import Api, unique
+from tests.helpers import stream_body
+
+
+def _chi_square_p(samples: np.ndarray, pmf) -> float:  # type: ignore[no-untyped-def]
+    """Chi-square goodness of fit against an exact pmf symmetric about 0: one bin per value
+    in [-m, m] where the expected count is at least 5, the two tails pooled."""
+    n = samples.size
+    m = 0
+    while pmf(np.array([m + 1]))[0] * n >= 5:
+        m += 1
+    inner = np.arange(-m, m + 1)
+    exp_inner = pmf(inner) * n
+    tail = (n - exp_inner.sum()) / 2
+    observed = np.concatenate([[np.sum(samples < -m)],
+                               np.bincount(samples[np.abs(samples) <= m] + m, minlength=2 * m + 1),
+                               [np.sum(samples > m)]]).astype(float)
+    expected = np.concatenate([[tail], exp_inner, [tail]])
+    return float(stats.chisquare(observed, expected * n / expected.sum()).pvalue)
+
+
+async def _fresh_cells(api: Api, privacy: dict) -> tuple[np.ndarray, float]:
+    name = unique("noise")
+    body = stream_body(name, privacy=privacy, sketch={"width": 2048, "depth": 3})
+    r = await api.post("/v1/streams", json=body)
+    assert r.status_code == 201, r.text
+    # window 2 is prepared ahead of time and has never been written to
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    data = await windows.store_of(api.ctx).read_tables(rt, 2, [t.id for t in rt.tables])
+    assert data is not None
+    return np.concatenate(list(data[0].values())), r.json()["noise_scale"]
+
+
+async def test_fresh_laplace_cells_follow_the_exact_pmf_at_scale_delta_over_epsilon(api: Api) -> None:
+    cells, scale = await _fresh_cells(api, {"mechanism": "laplace", "epsilon": 2.0})
+    # Δ1 = T·depth = (3 features + prior + 4) · 3 = 24; b = Δ1/ε = 12
+    assert scale == pytest.approx(12.0)
+    assert cells.size == 3 * 2 * 3 * 2048
+    # false-failure rate of this check: 1e-6 (the noise is fresh CSPRNG output each run)
+    assert _chi_square_p(cells, lambda x: discrete_laplace_pmf(x, scale=scale)) > 1e-6
+    # and not some other scale: b = 8 or 18 must be rejected
+    for wrong in (8.0, 18.0):
+        assert _chi_square_p(cells, lambda x, w=wrong: discrete_laplace_pmf(x, scale=w)) < 1e-6
+
+
+async def test_fresh_gaussian_cells_follow_the_exact_pmf(api: Api) -> None:
+    cells, sigma = await _fresh_cells(api, {"mechanism": "gaussian", "rho": 0.5})
+    # Δ2 = sqrt(T·depth) = sqrt(24); σ = Δ2/sqrt(2ρ) = sqrt(24)
+    assert sigma == pytest.approx(np.sqrt(24.0))
+    assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma)) > 1e-6
+    assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma * 1.3)) < 1e-6
+
+
+def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    real = os.urandom
+
+    def counting(n: int) -> bytes:
+        calls["n"] += 1
+        return real(n)
+
+    def forbidden(*_a: object, **_k: object) -> None:
+        raise AssertionError("a seeded / non-cryptographic PRNG was used for noise")
+
+    monkeypatch.setattr(os, "urandom", counting)
+    for target, attr in [(np.random, "default_rng"), (np.random, "seed"),
+                         (np.random, "RandomState"), (np.random, "Generator"),
+                         (np.random, "randint"), (np.random, "laplace"),
+                         (random, "Random"), (random, "seed"), (random, "random")]:
+        monkeypatch.setattr(target, attr, forbidden)
+    for mechanism in ("laplace", "gaussian"):
+        tables, prior = windows.noise_tables(mechanism, 7.5, [1, 2], 4096, 2)
+        assert tables[1].size == 4096 and prior.size == 2
+        assert not np.array_equal(tables[1], tables[2])
+        assert np.count_nonzero(tables[1]) > 3000
+    assert calls["n"] > 0
+
+
+async def test_two_windows_never_share_noise(api: Api) -> None:
+    name = unique("fresh")
+    r = await api.post("/v1/streams", json=stream_body(
+        name, privacy={"mechanism": "laplace", "epsilon": 1.0}))
+    assert r.status_code == 201
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    store = windows.store_of(api.ctx)
+    ids = [t.id for t in rt.tables]
+    one, two = await store.read_tables(rt, 1, ids), await store.read_tables(rt, 2, ids)
+    assert one is not None and two is not None
+    assert np.mean(one[0][ids[0]] == two[0][ids[0]]) < 0.2
