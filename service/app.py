@@ -100,7 +100,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
         own = await resources.build(settings, embedded=embedded)
         app.state.ctx = own
-        path = await bootstrap_admin(ctx=own)
+        path = await bootstrap_admin(sessionmaker=own.sessionmaker, settings=settings)
         if path:
             log.warning("created the bootstrap admin key in %s (mode 0600)", path)
         worker = None

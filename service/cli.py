@@ -18,12 +18,26 @@ def _settings() -> Settings:
 
 
 def cmd_migrate(_: argparse.Namespace) -> None:
+    """Apply migrations, then create the bootstrap admin key if there is no admin yet."""
+    from service.admin.service import bootstrap_admin
     from service.db.migrate import upgrade
+    from service.db.session import make_engine, make_sessionmaker
 
     s = _settings()
     s.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(s.resolved_database_url)
     print("migrations applied")
+
+    async def boot() -> str | None:
+        engine = make_engine(s.resolved_database_url)
+        try:
+            return await bootstrap_admin(sessionmaker=make_sessionmaker(engine), settings=s)
+        finally:
+            await engine.dispose()
+
+    path = asyncio.run(boot())
+    if path:
+        print(f"bootstrap admin key written to {path} (mode 0600)")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -83,6 +97,8 @@ def cmd_create_key(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("saq", "alembic.runtime.plugins", "alembic.runtime.migration"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     p = argparse.ArgumentParser(prog="selectivity", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("serve", help="run the API (and, in embedded mode, Redis and the worker)")

@@ -10,10 +10,11 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admin import repository
 from service.admin.schemas import KeyCreated
+from service.config import Settings
 from service.context import AppContext
 from service.db.models import ApiKey
 from service.errors import Unauthorized, ValidationFailed
@@ -72,17 +73,17 @@ async def authenticate(*, ctx: AppContext, authorization: str | None) -> Princip
     return principal
 
 
-async def bootstrap_admin(*, ctx: AppContext) -> str | None:
+async def bootstrap_admin(*, sessionmaker: async_sessionmaker, settings: Settings) -> str | None:
     """When no admin key exists: use SELECTIVITY_ADMIN_KEY, or generate one into
     ``<data dir>/admin.key`` (mode 0600). Returns the path written, if any."""
-    async with ctx.sessionmaker() as session, session.begin():
+    async with sessionmaker() as session, session.begin():
         if await repository.any_admin(session):
             return None
-        given = ctx.settings.admin_key
+        given = settings.admin_key
         created = await create(session=session, role="admin", name="bootstrap", key=given)
     if given:
         return None
-    path = ctx.settings.data_dir / "admin.key"
+    path = settings.data_dir / "admin.key"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -33,7 +33,7 @@ async def list_windows(ctx: CtxDep, session: SessionDep, _: AnyKey, stream: str 
     ws = await repository.windows_of(session, row.id, limit=limit)
     return WindowsOut(
         epoch=row.epoch, served_epoch=await service.store_of(ctx).served(stream),
-        hot_period=hot, count_period=count,
+        hot_period=hot, count_period=(max(count[0], 1), count[1]),
         windows=[WindowOut(epoch=w.epoch, state=w.state, period=period(w.epoch),
                            observations=w.observations, opened_at=w.opened_at,
                            closed_at=w.closed_at, cold_sealed_at=w.cold_sealed_at,

@@ -155,8 +155,6 @@ async def roll(
                 raise NotFound(f"stream {name!r} not found")
             if stream.roll_target is None:
                 started = stream.epoch_started_at
-                if started.tzinfo is None:
-                    started = started.replace(tzinfo=UTC)
                 cfg_seconds = int(stream.config.get("window_seconds", 86400))
                 if only_if_due and not roll_due(epoch_started_at=started,
                                                 window_seconds=cfg_seconds, now=now):

@@ -39,19 +39,20 @@ async def test_bootstrap_admin_key_file_is_private(api: Api, tmp_path) -> None: 
 
     settings = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'b.db'}")
     upgrade(settings.resolved_database_url)
-    from service import resources
+    from service.db.session import make_engine, make_sessionmaker
 
-    ctx = await resources.build(settings.model_copy(update={"redis_url": "redis://unused"}))
+    engine = make_engine(settings.resolved_database_url)
+    sm = make_sessionmaker(engine)
     try:
-        path = await bootstrap_admin(ctx=ctx)
+        path = await bootstrap_admin(sessionmaker=sm, settings=settings)
         assert path is not None
         mode = stat.S_IMODE(os.stat(path).st_mode)
         assert mode == 0o600
         key = open(path).read().strip()
         assert key.startswith("sk_")
-        assert await bootstrap_admin(ctx=ctx) is None  # an admin exists: nothing new
+        assert await bootstrap_admin(sessionmaker=sm, settings=settings) is None
     finally:
-        await ctx.engine.dispose()
+        await engine.dispose()
 
 
 def test_cli_create_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
