@@ -58,9 +58,11 @@ class BodyLimit:
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _error(413, "PayloadTooLarge",
-                             f"body of {int(value)} bytes exceeds the limit of {self.limit}")(
-                    scope, receive, send)
+                await _error(
+                    413,
+                    "PayloadTooLarge",
+                    f"body of {int(value)} bytes exceeds the limit of {self.limit}",
+                )(scope, receive, send)
                 return
         seen = 0
 
@@ -77,7 +79,8 @@ class BodyLimit:
             await self.app(scope, limited, send)
         except _TooLarge:
             await _error(413, "PayloadTooLarge", f"body exceeds the limit of {self.limit} bytes")(
-                scope, receive, send)
+                scope, receive, send
+            )
 
 
 class _TooLarge(Exception):
@@ -119,8 +122,12 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             if embedded is not None:
                 embedded.close()
 
-    app = FastAPI(title="Selectivity", version="0.1.0", lifespan=lifespan,
-                  description="Data selectivity after Pyramid: hot window, DP count tables.")
+    app = FastAPI(
+        title="Selectivity",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Data selectivity after Pyramid: hot window, DP count tables.",
+    )
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -153,8 +160,13 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         REQUESTS.labels(path, str(response.status_code)).inc()
         return response
 
-    for r in (streams_router.router, ingest_router.router, features_router.router,
-              windows_router.router, admin_router.router):
+    for r in (
+        streams_router.router,
+        ingest_router.router,
+        features_router.router,
+        windows_router.router,
+        admin_router.router,
+    ):
         app.include_router(r)
 
     @app.get("/healthz", include_in_schema=False)

@@ -51,11 +51,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if not args.no_migrate:
         upgrade(s.resolved_database_url)
     mode = "embedded Redis" if s.embedded_redis else "external Redis"
-    print(f"selectivity: {mode}, database {s.resolved_database_url.split('@')[-1]}, "
-          f"data dir {s.data_dir.resolve()}; worker in process: {s.run_worker_in_process}",
-          flush=True)
-    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info",
-                access_log=False)
+    print(
+        f"selectivity: {mode}, database {s.resolved_database_url.split('@')[-1]}, "
+        f"data dir {s.data_dir.resolve()}; worker in process: {s.run_worker_in_process}",
+        flush=True,
+    )
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", access_log=False)
 
 
 def cmd_worker(_: argparse.Namespace) -> None:
@@ -64,8 +65,10 @@ def cmd_worker(_: argparse.Namespace) -> None:
 
     s = _settings()
     if s.embedded_redis:
-        sys.exit("the standalone worker needs SELECTIVITY_REDIS_URL (embedded mode runs the "
-                 "worker inside 'selectivity serve')")
+        sys.exit(
+            "the standalone worker needs SELECTIVITY_REDIS_URL (embedded mode runs the "
+            "worker inside 'selectivity serve')"
+        )
 
     async def main() -> None:
         ctx = await resources.build(s)
@@ -96,7 +99,9 @@ def cmd_create_key(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("saq", "alembic.runtime.plugins", "alembic.runtime.migration"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     p = argparse.ArgumentParser(prog="selectivity", description=__doc__)
@@ -108,10 +113,15 @@ def main(argv: list[str] | None = None) -> None:
     sp.set_defaults(fn=cmd_serve)
     sub.add_parser("worker", help="run the worker alone (production)").set_defaults(fn=cmd_worker)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=cmd_migrate)
-    admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin", required=True)
+    admin = sub.add_parser("admin", help="administration").add_subparsers(
+        dest="admin", required=True
+    )
     ck = admin.add_parser("create-key", help="print a new API key")
-    ck.add_argument("--role", required=True,
-                    choices=["admin", "producer", "model", "curator", "annotator", "analyst"])
+    ck.add_argument(
+        "--role",
+        required=True,
+        choices=["admin", "producer", "model", "curator", "annotator", "analyst"],
+    )
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
     args = p.parse_args(argv)

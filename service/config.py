@@ -43,7 +43,9 @@ class Settings(BaseSettings):
             if self.redis_url is None:
                 raise ValueError("SELECTIVITY_REDIS_URL must be set in production")
             if self.database_url is None or self.database_url.startswith("sqlite"):
-                raise ValueError("SELECTIVITY_DATABASE_URL must name a server database in production")
+                raise ValueError(
+                    "SELECTIVITY_DATABASE_URL must name a server database in production"
+                )
         return self
 
     @property

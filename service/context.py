@@ -40,4 +40,5 @@ class AppContext:
 
 def make_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecutor:
     return concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+        max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -34,27 +34,33 @@ async def get_session(ctx: CtxDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
-async def current_key(ctx: CtxDep, authorization: Annotated[str | None, Header()] = None) -> Principal:
+async def current_key(
+    ctx: CtxDep, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
     return await authenticate(ctx=ctx, authorization=authorization)
 
 
 CurrentKey = Annotated[Principal, Depends(current_key)]
 
 
-def require(*roles: str) -> Callable[..., Principal]:
+def require(*roles: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency admitting the given roles (and admin, which may do everything)."""
     allowed = set(roles) | {"admin"}
 
     async def dep(principal: CurrentKey) -> Principal:
         if principal.role not in allowed:
-            raise Forbidden(f"this endpoint needs a key with role {sorted(allowed)}; "
-                            f"yours is {principal.role!r}")
+            raise Forbidden(
+                f"this endpoint needs a key with role {sorted(allowed)}; "
+                f"yours is {principal.role!r}"
+            )
         return principal
 
     return dep
 
 
-AnyKey = Annotated[Principal, Depends(require("producer", "model", "curator", "annotator", "analyst"))]
+AnyKey = Annotated[
+    Principal, Depends(require("producer", "model", "curator", "annotator", "analyst"))
+]
 AdminKey = Annotated[Principal, Depends(require())]
 ProducerKey = Annotated[Principal, Depends(require("producer"))]
 ModelKey = Annotated[Principal, Depends(require("model"))]

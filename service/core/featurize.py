@@ -107,7 +107,9 @@ def prior_probabilities(prior_counts: np.ndarray) -> np.ndarray:
     return (c + 1.0) / (c.sum() + len(c))
 
 
-def backoff_threshold(*, noise_variance: float, n_windows: int, n_labels: int, sigmas: float) -> float:
+def backoff_threshold(
+    *, noise_variance: float, n_windows: int, n_labels: int, sigmas: float
+) -> float:
     """n̂ below which a key's counts are treated as noise: ``sigmas`` standard deviations of
     the noise summed over the count period's windows, times sqrt(L) (DESIGN §4)."""
     return sigmas * math.sqrt(max(noise_variance, 0.0) * max(n_windows, 0)) * math.sqrt(n_labels)

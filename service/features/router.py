@@ -16,26 +16,41 @@ from service.streams.router import StreamPath
 router = APIRouter(prefix="/v1/streams", tags=["features"])
 
 
-@router.post("/{stream}/featurize", response_model=FeaturizeOut,
-             responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable))
-async def featurize(body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath) -> Response:
-    out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
+@router.post(
+    "/{stream}/featurize",
+    response_model=FeaturizeOut,
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable),
+)
+async def featurize(
+    body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
+) -> Response:
+    out = await service.featurize(ctx=ctx, name=stream, rows=list(body.rows))
     matrix: np.ndarray = out["rows"]
     nan = np.isnan(matrix)
-    rows = np.where(nan, None, matrix).tolist() if nan.any() else matrix  # missing → null
+    rows = np.where(nan, None, matrix).tolist() if nan.any() else matrix  # type: ignore[call-overload]
     payload = {"epoch": out["epoch"], "columns": out["columns"], "rows": rows}
-    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
+    )
 
 
-@router.get("/{stream}/trainset", responses={
-    200: {"content": {m: {} for m in service.MEDIA_TYPES.values()},
-          "description": "the hot period, featurized; epoch in X-Selectivity-Epoch"},
-    **error_responses(NotFound, Unavailable)})
+@router.get(
+    "/{stream}/trainset",
+    responses={
+        200: {
+            "content": {m: {} for m in service.MEDIA_TYPES.values()},
+            "description": "the hot period, featurized; epoch in X-Selectivity-Epoch",
+        },
+        **error_responses(NotFound, Unavailable),
+    },
+)
 async def trainset(
-    ctx: CtxDep, _: ModelKey, stream: str = StreamPath,
+    ctx: CtxDep,
+    _: ModelKey,
+    stream: str = StreamPath,
     format: Literal["arrow", "parquet", "ndjson"] = Query(default="arrow"),  # noqa: A002
 ) -> StreamingResponse:
     epoch, body = await service.trainset(ctx=ctx, name=stream, fmt=format)
-    return StreamingResponse(body, media_type=service.MEDIA_TYPES[format],
-                             headers={"X-Selectivity-Epoch": str(epoch)})
+    return StreamingResponse(
+        body, media_type=service.MEDIA_TYPES[format], headers={"X-Selectivity-Epoch": str(epoch)}
+    )

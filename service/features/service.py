@@ -51,12 +51,16 @@ class Featurizer:
     def build(cls, rt: StreamRuntime, agg: Aggregate) -> Featurizer:
         cfg = rt.config
         return cls(
-            rt=rt, agg=agg,
+            rt=rt,
+            agg=agg,
             columns=column_names([t.name for t in rt.tables], rt.labels, rt.passthrough),
             prior=prior_probabilities(agg.prior),
-            threshold=backoff_threshold(noise_variance=rt.noise.variance,
-                                        n_windows=agg.n_windows, n_labels=len(rt.labels),
-                                        sigmas=cfg.featurize.backoff_sigmas),
+            threshold=backoff_threshold(
+                noise_variance=rt.noise.variance,
+                n_windows=agg.n_windows,
+                n_labels=len(rt.labels),
+                sigmas=cfg.featurize.backoff_sigmas,
+            ),
         )
 
     @property
@@ -73,14 +77,16 @@ class Featurizer:
             if cells is None:
                 zeros = zeros if zeros is not None else np.zeros(rt.spec.cells, np.int64)
                 cells = zeros
-            buckets, signs = hash_keys(table_keys(values, t.features), seed=rt.hash_seed,
-                                       table=t.name, spec=rt.spec)
+            buckets, signs = hash_keys(
+                table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
+            )
             est = estimate(cells, buckets, signs, rt.spec)
-            per_table.append(derived_columns(est, prior=self.prior,
-                                             alpha=rt.config.featurize.alpha,
-                                             threshold=self.threshold))
-        raw = [np.array([_num(r.get(f)) for r in rows], dtype=np.float64)
-               for f in rt.passthrough]
+            per_table.append(
+                derived_columns(
+                    est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
+                )
+            )
+        raw = [np.array([_num(r.get(f)) for r in rows], dtype=np.float64) for f in rt.passthrough]
         return assemble(per_table, raw, len(rows))
 
 
@@ -109,7 +115,7 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     return fz
 
 
-async def featurize(*, ctx: AppContext, name: str, rows: list[dict[str, object]]) -> dict:
+async def featurize(*, ctx: AppContext, name: str, rows: Sequence[Mapping[str, object]]) -> dict:
     if len(rows) > ctx.settings.max_batch:
         raise PayloadTooLarge(f"rows: {len(rows)} exceeds the limit of {ctx.settings.max_batch}")
     fz = await featurizer(ctx=ctx, name=name)
@@ -119,14 +125,20 @@ async def featurize(*, ctx: AppContext, name: str, rows: list[dict[str, object]]
 
 
 Format = Literal["arrow", "parquet", "ndjson"]
-MEDIA_TYPES = {"arrow": "application/vnd.apache.arrow.stream",
-               "parquet": "application/vnd.apache.parquet",
-               "ndjson": "application/x-ndjson"}
+MEDIA_TYPES = {
+    "arrow": "application/vnd.apache.arrow.stream",
+    "parquet": "application/vnd.apache.parquet",
+    "ndjson": "application/x-ndjson",
+}
 
 
 def _schema(fz: Featurizer) -> pa.Schema:
-    fields = [pa.field("id", pa.string()), pa.field("event_time", pa.string()),
-              pa.field("window", pa.int64()), pa.field("label", pa.string())]
+    fields = [
+        pa.field("id", pa.string()),
+        pa.field("event_time", pa.string()),
+        pa.field("window", pa.int64()),
+        pa.field("label", pa.string()),
+    ]
     fields += [pa.field(c, pa.float64()) for c in fz.columns]
     return pa.schema(fields, metadata={"selectivity.epoch": str(fz.epoch)})
 
@@ -150,10 +162,12 @@ async def _chunks(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBat
             recs = [orjson.loads(fields[b"d"]) for _, fields in entries]
             feats = [r["f"] for r in recs]
             matrix = await asyncio.to_thread(fz.transform, feats)
-            arrays = [pa.array([r["id"] for r in recs], pa.string()),
-                      pa.array([r["t"] for r in recs], pa.string()),
-                      pa.array(np.full(len(recs), w, np.int64)),
-                      pa.array([r["y"] for r in recs], pa.string())]
+            arrays = [
+                pa.array([r["id"] for r in recs], pa.string()),
+                pa.array([r["t"] for r in recs], pa.string()),
+                pa.array(np.full(len(recs), w, np.int64)),
+                pa.array([r["y"] for r in recs], pa.string()),
+            ]
             arrays += [pa.array(matrix[:, j]) for j in range(matrix.shape[1])]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
             if entries[-1][0] == last or len(entries) < TRAINSET_CHUNK:
@@ -168,10 +182,7 @@ async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, Asy
     async def arrow_like() -> AsyncIterator[bytes]:
         buf = io.BytesIO()
         writer: pa.ipc.RecordBatchStreamWriter | pq.ParquetWriter
-        if fmt == "arrow":
-            writer = pa.ipc.new_stream(buf, schema)
-        else:
-            writer = pq.ParquetWriter(buf, schema)
+        writer = pa.ipc.new_stream(buf, schema) if fmt == "arrow" else pq.ParquetWriter(buf, schema)
         async for batch in _chunks(ctx, fz):
             if fmt == "arrow":
                 writer.write_batch(batch)
@@ -185,8 +196,10 @@ async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, Asy
         names = schema.names
         async for batch in _chunks(ctx, fz):
             cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-            lines = [orjson.dumps(dict(zip(names, vals, strict=True)))
-                     for vals in zip(*cols, strict=True)]
+            lines = [
+                orjson.dumps(dict(zip(names, vals, strict=True)))
+                for vals in zip(*cols, strict=True)
+            ]
             yield b"\n".join(lines) + b"\n"
 
     return fz.epoch, (ndjson() if fmt == "ndjson" else arrow_like())

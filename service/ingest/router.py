@@ -13,15 +13,23 @@ from service.streams.router import StreamPath
 router = APIRouter(prefix="/v1/streams", tags=["ingest"])
 
 
-@router.post("/{stream}/observations", status_code=202, response_model=IngestOut,
-             responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable))
+@router.post(
+    "/{stream}/observations",
+    status_code=202,
+    response_model=IngestOut,
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable),
+)
 async def ingest(
-    body: IngestIn, ctx: CtxDep, _: ProducerKey, response: Response,
+    body: IngestIn,
+    ctx: CtxDep,
+    _: ProducerKey,
+    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
     stream: str = StreamPath,
 ) -> IngestOut:
-    out, replayed = await service.ingest(ctx=ctx, name=stream, body=body,
-                                         idempotency_key=idempotency_key)
+    out, replayed = await service.ingest(
+        ctx=ctx, name=stream, body=body, idempotency_key=idempotency_key
+    )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return out

@@ -30,7 +30,9 @@ def _store(ctx: AppContext) -> IngestStore:
     return st
 
 
-def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[list[bytes]], list[bytes]]:
+def batch_ops(
+    rt: StreamRuntime, body: IngestIn
+) -> tuple[list[int], list[list[bytes]], list[bytes]]:
     """The batch's increments per table (summed per cell), the prior table's last, and the
     raw rows for the hot stream."""
     obs = body.observations
@@ -39,17 +41,26 @@ def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[list[b
     table_ids: list[int] = []
     ops: list[list[bytes]] = []
     for t in rt.tables:
-        buckets, signs = hash_keys(table_keys(values, t.features), seed=rt.hash_seed,
-                                   table=t.name, spec=rt.spec)
+        buckets, signs = hash_keys(
+            table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
+        )
         cells, deltas = aggregate_increments(labels, buckets, signs, rt.spec)
         table_ids.append(t.id)
         ops.append(_pairs(cells, deltas))
     prior = np.bincount(labels, minlength=rt.spec.n_labels)
     nz = np.flatnonzero(prior)
     ops.append(_pairs(nz, prior[nz]))
-    rows = [orjson.dumps({"id": o.id, "f": o.features, "y": o.label,
-                          "t": o.event_time.isoformat() if o.event_time else None})
-            for o in obs]
+    rows = [
+        orjson.dumps(
+            {
+                "id": o.id,
+                "f": o.features,
+                "y": o.label,
+                "t": o.event_time.isoformat() if o.event_time else None,
+            }
+        )
+        for o in obs
+    ]
     return table_ids, ops, rows
 
 
@@ -65,12 +76,17 @@ def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
     limit = ctx.settings.max_batch
     if len(body.observations) > limit:
         raise PayloadTooLarge(
-            f"observations: batch of {len(body.observations)} exceeds the limit of {limit}")
+            f"observations: batch of {len(body.observations)} exceeds the limit of {limit}"
+        )
     bad = sorted({o.label for o in body.observations if o.label not in rt.label_index})
     if bad:
         raise ValidationFailed(f"unknown label(s) {bad[:10]}; stream {rt.name!r} has {rt.labels}")
-    check_rows(rt, [o.features for o in body.observations], where="observations[].features",
-               max_string=ctx.settings.max_string_length)
+    check_rows(
+        rt,
+        [o.features for o in body.observations],
+        where="observations[].features",
+        max_string=ctx.settings.max_string_length,
+    )
 
 
 async def ingest(
@@ -82,8 +98,11 @@ async def ingest(
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
     table_ids, ops, rows = batch_ops(rt, body)
-    token = (hashlib.sha256(idempotency_key.encode()).hexdigest() if idempotency_key
-             else "anon-" + secrets.token_hex(16))
+    token = (
+        hashlib.sha256(idempotency_key.encode()).hexdigest()
+        if idempotency_key
+        else "anon-" + secrets.token_hex(16)
+    )
     windows = store_of(ctx)
     store = _store(ctx)
     epochs: dict[str, int] = ctx.caches.setdefault("open_epoch", {})
@@ -101,8 +120,15 @@ async def ingest(
     for _ in range(MAX_WINDOW_RETRIES):
         out = IngestOut(accepted=len(rows), window=epoch)
         status, stored = await store.apply(
-            stream=name, window=epoch, token=token, table_ids=table_ids, ops=ops, rows=rows,
-            response=out.model_dump_json().encode(), ttl=ttl)
+            stream=name,
+            window=epoch,
+            token=token,
+            table_ids=table_ids,
+            ops=ops,
+            rows=rows,
+            response=out.model_dump_json().encode(),
+            ttl=ttl,
+        )
         if status == "ok":
             epochs[name] = epoch
             return out, False

@@ -15,13 +15,24 @@ class IngestStore:
         self._ingest = redis.register_script(source("ingest"))
 
     async def apply(
-        self, *, stream: str, window: int, token: str, table_ids: list[int],
-        ops: list[list[bytes]], rows: list[bytes], response: bytes, ttl: int,
+        self,
+        *,
+        stream: str,
+        window: int,
+        token: str,
+        table_ids: list[int],
+        ops: list[list[bytes]],
+        rows: list[bytes],
+        response: bytes,
+        ttl: int,
     ) -> tuple[str, bytes | None]:
         """ops[i]: flat [#cell, delta, #cell, delta, ...] for table_ids[i]; the prior table's
         ops come last (ops has one more entry than table_ids)."""
-        keys = [self.k.meta(stream, window), self.k.idem(stream, window, token),
-                self.k.hot(stream, window)]
+        keys = [
+            self.k.meta(stream, window),
+            self.k.idem(stream, window, token),
+            self.k.hot(stream, window),
+        ]
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
         args: list[bytes | int | str] = [ttl, response, len(ops)]

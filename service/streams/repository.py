@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.models import CountTable, Stream, Window
 
 
-async def get_by_name(session: AsyncSession, name: str, *, for_update: bool = False) -> Stream | None:
+async def get_by_name(
+    session: AsyncSession, name: str, *, for_update: bool = False
+) -> Stream | None:
     stmt = select(Stream).where(Stream.name == name)
     if for_update:
         stmt = stmt.with_for_update()
@@ -38,8 +40,12 @@ async def tables_of(session: AsyncSession, stream_id: int) -> Sequence[CountTabl
 
 
 async def windows_of(session: AsyncSession, stream_id: int, *, limit: int) -> Sequence[Window]:
-    stmt = (select(Window).where(Window.stream_id == stream_id)
-            .order_by(Window.epoch.desc()).limit(limit))
+    stmt = (
+        select(Window)
+        .where(Window.stream_id == stream_id)
+        .order_by(Window.epoch.desc())
+        .limit(limit)
+    )
     return (await session.execute(stmt)).scalars().all()
 
 
@@ -48,8 +54,9 @@ async def get_window(session: AsyncSession, stream_id: int, epoch: int) -> Windo
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
-async def ensure_window(session: AsyncSession, stream_id: int, epoch: int, state: str,
-                        at: datetime) -> Window:
+async def ensure_window(
+    session: AsyncSession, stream_id: int, epoch: int, state: str, at: datetime
+) -> Window:
     w = await get_window(session, stream_id, epoch)
     if w is None:
         w = Window(stream_id=stream_id, epoch=epoch, state=state, opened_at=at)
@@ -58,17 +65,25 @@ async def ensure_window(session: AsyncSession, stream_id: int, epoch: int, state
     return w
 
 
-async def windows_to_expire_hot(session: AsyncSession, stream_id: int, before: int) -> Sequence[Window]:
+async def windows_to_expire_hot(
+    session: AsyncSession, stream_id: int, before: int
+) -> Sequence[Window]:
     """Windows before epoch ``before`` whose raw data is sealed but not yet deleted."""
     stmt = select(Window).where(
-        Window.stream_id == stream_id, Window.epoch < before,
-        Window.cold_sealed_at.is_not(None), Window.hot_deleted_at.is_(None))
+        Window.stream_id == stream_id,
+        Window.epoch < before,
+        Window.cold_sealed_at.is_not(None),
+        Window.hot_deleted_at.is_(None),
+    )
     return (await session.execute(stmt)).scalars().all()
 
 
-async def windows_past_retention(session: AsyncSession, stream_id: int, before: int) -> Sequence[Window]:
-    stmt = select(Window).where(Window.stream_id == stream_id, Window.epoch < before,
-                                Window.expired_at.is_(None))
+async def windows_past_retention(
+    session: AsyncSession, stream_id: int, before: int
+) -> Sequence[Window]:
+    stmt = select(Window).where(
+        Window.stream_id == stream_id, Window.epoch < before, Window.expired_at.is_(None)
+    )
     return (await session.execute(stmt)).scalars().all()
 
 

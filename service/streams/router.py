@@ -11,9 +11,15 @@ router = APIRouter(prefix="/v1/streams", tags=["streams"])
 StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
 
 
-@router.post("", status_code=201, response_model=StreamOut,
-             responses=error_responses(Conflict, ValidationFailed))
-async def create_stream(body: StreamCreate, ctx: CtxDep, session: SessionDep, _: AdminKey) -> StreamOut:
+@router.post(
+    "",
+    status_code=201,
+    response_model=StreamOut,
+    responses=error_responses(Conflict, ValidationFailed),
+)
+async def create_stream(
+    body: StreamCreate, ctx: CtxDep, session: SessionDep, _: AdminKey
+) -> StreamOut:
     return await service.create(ctx=ctx, session=session, stream_in=body)
 
 

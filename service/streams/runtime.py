@@ -77,12 +77,19 @@ class StreamRuntime:
     def __post_init__(self) -> None:
         cfg = self.config
         set_ = object.__setattr__
-        set_(self, "features", tuple(
-            FeatureSpec(f.name, f.kind, tuple(f.buckets or ()), f.passthrough)
-            for f in cfg.features
-        ))
-        set_(self, "spec", SketchSpec(width=cfg.sketch.width, depth=cfg.sketch.depth,
-                                      n_labels=len(cfg.labels)))
+        set_(
+            self,
+            "features",
+            tuple(
+                FeatureSpec(f.name, f.kind, tuple(f.buckets or ()), f.passthrough)
+                for f in cfg.features
+            ),
+        )
+        set_(
+            self,
+            "spec",
+            SketchSpec(width=cfg.sketch.width, depth=cfg.sketch.depth, n_labels=len(cfg.labels)),
+        )
         set_(self, "noise", noise_for(cfg))
         set_(self, "label_index", {lab: i for i, lab in enumerate(cfg.labels)})
         set_(self, "passthrough", tuple(f.name for f in cfg.features if f.passthrough))

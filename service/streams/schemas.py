@@ -23,7 +23,9 @@ class FeatureIn(Strict):
     name: str = Field(pattern=FEATURE_PATTERN)
     kind: Literal["categorical", "numeric"] = "categorical"
     buckets: list[float] | None = Field(
-        default=None, min_length=1, max_length=1000,
+        default=None,
+        min_length=1,
+        max_length=1000,
         description="numeric only: strictly increasing bucket edges",
     )
     passthrough: bool = Field(default=False, description="numeric only: also emit the raw value")
@@ -101,7 +103,9 @@ class StreamCreate(Strict):
     privacy: PrivacyIn = Field(default_factory=PrivacyIn)
     sketch: SketchIn = Field(default_factory=SketchIn)
     max_tables: int | None = Field(
-        default=None, ge=2, le=1024,
+        default=None,
+        ge=2,
+        le=1024,
         description="default: one table per feature + the prior table + 4 for selected groups",
     )
     featurize: FeaturizeIn = Field(default_factory=FeaturizeIn)

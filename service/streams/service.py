@@ -21,7 +21,9 @@ RUNTIME_TTL_SECONDS = 5.0
 
 def _runtime(stream: Stream, tables: list[CountTable]) -> StreamRuntime:
     return StreamRuntime(
-        id=stream.id, name=stream.name, config=StreamCreate.model_validate(stream.config),
+        id=stream.id,
+        name=stream.name,
+        config=StreamCreate.model_validate(stream.config),
         hash_seed=stream.hash_seed,
         tables=tuple(TableRef(t.id, t.name, tuple(t.features), t.first_epoch) for t in tables),
     )
@@ -35,10 +37,17 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
     if await repository.get_by_name(session, stream_in.name) is not None:
         raise Conflict(f"stream {stream_in.name!r} already exists")
     now = datetime.now(UTC)
-    stream = Stream(name=stream_in.name, config=stream_in.model_dump(mode="json"),
-                    hash_seed=secrets.token_bytes(32), epoch=1, epoch_started_at=now)
-    tables = [CountTable(name=table_name([f.name]), features=[f.name], first_epoch=1,
-                         reason="feature") for f in stream_in.features]
+    stream = Stream(
+        name=stream_in.name,
+        config=stream_in.model_dump(mode="json"),
+        hash_seed=secrets.token_bytes(32),
+        epoch=1,
+        epoch_started_at=now,
+    )
+    tables = [
+        CountTable(name=table_name([f.name]), features=[f.name], first_epoch=1, reason="feature")
+        for f in stream_in.features
+    ]
     await repository.create(session, stream, tables)
     await repository.ensure_window(session, stream.id, 1, "open", now)
     rt = _runtime(stream, tables)
@@ -50,15 +59,28 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
 
 def to_out(stream: Stream, tables: list[CountTable] | tuple) -> StreamOut:
     rt = _runtime(stream, list(tables))
-    return StreamOut.model_validate({
-        **rt.config.model_dump(), "epoch": stream.epoch,
-        "epoch_started_at": stream.epoch_started_at, "created_at": stream.created_at,
-        "noise_scale": rt.noise.scale, "l1_sensitivity": rt.noise.l1_sensitivity,
-        "l2_sensitivity": rt.noise.l2_sensitivity,
-        "tables": [TableOut(name=t.name, features=list(t.features), first_epoch=t.first_epoch,
-                            reason=t.reason, score=t.score, created_at=t.created_at)
-                   for t in tables],
-    })
+    return StreamOut.model_validate(
+        {
+            **rt.config.model_dump(),
+            "epoch": stream.epoch,
+            "epoch_started_at": stream.epoch_started_at,
+            "created_at": stream.created_at,
+            "noise_scale": rt.noise.scale,
+            "l1_sensitivity": rt.noise.l1_sensitivity,
+            "l2_sensitivity": rt.noise.l2_sensitivity,
+            "tables": [
+                TableOut(
+                    name=t.name,
+                    features=list(t.features),
+                    first_epoch=t.first_epoch,
+                    reason=t.reason,
+                    score=t.score,
+                    created_at=t.created_at,
+                )
+                for t in tables
+            ],
+        }
+    )
 
 
 async def get(*, session: AsyncSession, name: str) -> Stream:
@@ -74,8 +96,10 @@ async def get_out(*, session: AsyncSession, name: str) -> StreamOut:
 
 
 async def list_out(*, session: AsyncSession) -> list[StreamOut]:
-    return [to_out(s, list(await repository.tables_of(session, s.id)))
-            for s in await repository.list_streams(session)]
+    return [
+        to_out(s, list(await repository.tables_of(session, s.id)))
+        for s in await repository.list_streams(session)
+    ]
 
 
 async def runtime(*, ctx: AppContext, name: str) -> StreamRuntime:

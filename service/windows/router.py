@@ -16,8 +16,13 @@ router = APIRouter(prefix="/v1/streams", tags=["windows"])
 
 
 @router.get("/{stream}/windows", response_model=WindowsOut, responses=error_responses(NotFound))
-async def list_windows(ctx: CtxDep, session: SessionDep, _: AnyKey, stream: str = StreamPath,
-                       limit: int = Query(default=100, ge=1, le=1000)) -> WindowsOut:
+async def list_windows(
+    ctx: CtxDep,
+    session: SessionDep,
+    _: AnyKey,
+    stream: str = StreamPath,
+    limit: int = Query(default=100, ge=1, le=1000),
+) -> WindowsOut:
     row = await streams.get(session=session, name=stream)
     rt = await streams.runtime(ctx=ctx, name=stream)
     hot = rt.hot_period(row.epoch)
@@ -32,13 +37,25 @@ async def list_windows(ctx: CtxDep, session: SessionDep, _: AnyKey, stream: str 
 
     ws = await repository.windows_of(session, row.id, limit=limit)
     return WindowsOut(
-        epoch=row.epoch, served_epoch=await service.store_of(ctx).served(stream),
-        hot_period=hot, count_period=(max(count[0], 1), count[1]),
-        windows=[WindowOut(epoch=w.epoch, state=w.state, period=period(w.epoch),
-                           observations=w.observations, opened_at=w.opened_at,
-                           closed_at=w.closed_at, cold_sealed_at=w.cold_sealed_at,
-                           hot_deleted_at=w.hot_deleted_at, expired_at=w.expired_at)
-                 for w in ws])
+        epoch=row.epoch,
+        served_epoch=await service.store_of(ctx).served(stream),
+        hot_period=hot,
+        count_period=(max(count[0], 1), count[1]),
+        windows=[
+            WindowOut(
+                epoch=w.epoch,
+                state=w.state,
+                period=period(w.epoch),
+                observations=w.observations,
+                opened_at=w.opened_at,
+                closed_at=w.closed_at,
+                cold_sealed_at=w.cold_sealed_at,
+                hot_deleted_at=w.hot_deleted_at,
+                expired_at=w.expired_at,
+            )
+            for w in ws
+        ],
+    )
 
 
 @router.post("/{stream}/roll", response_model=RollOut, responses=error_responses(NotFound))

@@ -38,8 +38,8 @@ def noise_tables(
     else:
         noise = sample_noise(mechanism=mechanism, scale=scale, size=total)  # type: ignore[arg-type]
         np.clip(noise, -INT32_MAX, INT32_MAX, out=noise)
-    tables = {tid: noise[i * cells:(i + 1) * cells] for i, tid in enumerate(table_ids)}
-    return tables, noise[len(table_ids) * cells:]
+    tables = {tid: noise[i * cells : (i + 1) * cells] for i, tid in enumerate(table_ids)}
+    return tables, noise[len(table_ids) * cells :]
 
 
 def store_of(ctx: AppContext) -> WindowStore:
@@ -49,7 +49,9 @@ def store_of(ctx: AppContext) -> WindowStore:
     return st
 
 
-async def prepare(*, ctx: AppContext, rt: StreamRuntime, epoch: int, state: str = "prepared") -> bool:
+async def prepare(
+    *, ctx: AppContext, rt: StreamRuntime, epoch: int, state: str = "prepared"
+) -> bool:
     """Noise-initialise window ``epoch``'s tables (prepare_next_window). A no-op when the window
     is already prepared, open or closed; ``state='open'`` opens a prepared window."""
     store = store_of(ctx)
@@ -61,16 +63,18 @@ async def prepare(*, ctx: AppContext, rt: StreamRuntime, epoch: int, state: str 
             await store.set_state(rt.name, epoch, "open")
         return False
     ids = [t.id for t in rt.tables if t.first_epoch <= epoch]
-    tables, prior = await ctx.run_cpu(noise_tables, rt.noise.mechanism, rt.noise.scale, ids,
-                                      rt.spec.cells, rt.spec.n_labels)
+    tables, prior = await ctx.run_cpu(
+        noise_tables, rt.noise.mechanism, rt.noise.scale, ids, rt.spec.cells, rt.spec.n_labels
+    )
     return await store.write_tables(rt, epoch, tables, prior, state=state)
 
 
 async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
     store = store_of(ctx)
     lo, hi = rt.count_period(1)
-    await store.write_agg(rt.name, Aggregate(1, lo, hi, [], {},
-                                             np.zeros(rt.spec.n_labels, np.int64)))
+    await store.write_agg(
+        rt.name, Aggregate(1, lo, hi, [], {}, np.zeros(rt.spec.n_labels, np.int64))
+    )
     await store.set_epoch(rt.name, 1)
     await store.set_served(rt.name, 1)
 
@@ -88,8 +92,9 @@ async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) ->
     ids = [t.id for t in rt.tables]
     prev = await store.read_agg(rt.name, epoch - 1)
     if prev is not None and (prev.lo, prev.hi) == (lo - 1, hi - 1):
-        tables = {tid: prev.tables.get(tid, np.zeros(rt.spec.cells, np.int64)).copy()
-                  for tid in ids}
+        tables = {
+            tid: prev.tables.get(tid, np.zeros(rt.spec.cells, np.int64)).copy() for tid in ids
+        }
         prior = prev.prior.copy()
         windows = [w for w in prev.windows if w >= lo]
         leaving = [w for w in prev.windows if w < lo]
@@ -115,8 +120,9 @@ async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) ->
     return agg
 
 
-async def _sum_afresh(ctx: AppContext, rt: StreamRuntime, epoch: int, lo: int, hi: int,
-                      ids: list[int]) -> Aggregate:
+async def _sum_afresh(
+    ctx: AppContext, rt: StreamRuntime, epoch: int, lo: int, hi: int, ids: list[int]
+) -> Aggregate:
     store = store_of(ctx)
     tables = {tid: np.zeros(rt.spec.cells, np.int64) for tid in ids}
     prior = np.zeros(rt.spec.n_labels, np.int64)
@@ -139,7 +145,11 @@ Step = Callable[[str], None]
 
 
 async def roll(
-    *, ctx: AppContext, name: str, only_if_due: bool = False, now: datetime | None = None,
+    *,
+    ctx: AppContext,
+    name: str,
+    only_if_due: bool = False,
+    now: datetime | None = None,
     step: Step | None = None,
 ) -> int:
     """Roll stream ``name`` one window forward (or finish an interrupted roll). Returns the
@@ -147,7 +157,9 @@ async def roll(
     ``window_seconds`` old. ``step`` is called after each durable step (tests inject crashes)."""
     mark = step or (lambda _name: None)
     store = store_of(ctx)
-    async with store.lock(name, "roll", timeout=ROLL_LOCK_SECONDS, blocking_timeout=ROLL_LOCK_SECONDS):
+    async with store.lock(
+        name, "roll", timeout=ROLL_LOCK_SECONDS, blocking_timeout=ROLL_LOCK_SECONDS
+    ):
         now = now or datetime.now(UTC)
         async with ctx.sessionmaker() as session, session.begin():
             stream = await repository.get_by_name(session, name, for_update=True)
@@ -156,8 +168,9 @@ async def roll(
             if stream.roll_target is None:
                 started = stream.epoch_started_at
                 cfg_seconds = int(stream.config.get("window_seconds", 86400))
-                if only_if_due and not roll_due(epoch_started_at=started,
-                                                window_seconds=cfg_seconds, now=now):
+                if only_if_due and not roll_due(
+                    epoch_started_at=started, window_seconds=cfg_seconds, now=now
+                ):
                     return stream.epoch
                 stream.roll_target = stream.epoch + 1
             target = stream.roll_target
@@ -201,7 +214,9 @@ async def roll(
         return target
 
 
-async def expire(*, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None) -> dict[str, int]:
+async def expire(
+    *, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None
+) -> dict[str, int]:
     """Delete what left its period: hot data of sealed windows before the hot period, the
     tables of windows past retention, aggregates older than the previous epoch. Hot data of
     windows not yet sealed into the cold store is kept (the seal checkpoint is

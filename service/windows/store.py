@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -32,8 +33,13 @@ class Aggregate:
 
     def to_redis(self) -> dict[str, bytes]:
         order = sorted(self.tables)
-        meta = {"epoch": self.epoch, "lo": self.lo, "hi": self.hi, "windows": self.windows,
-                "tables": [[t, int(self.tables[t].size)] for t in order]}
+        meta = {
+            "epoch": self.epoch,
+            "lo": self.lo,
+            "hi": self.hi,
+            "windows": self.windows,
+            "tables": [[t, int(self.tables[t].size)] for t in order],
+        }
         blob = np.concatenate([self.tables[t] for t in order] + [self.prior]).astype(">i8")
         return {"meta": orjson.dumps(meta), "cells": blob.tobytes()}
 
@@ -44,7 +50,7 @@ class Aggregate:
         tables: dict[int, np.ndarray] = {}
         pos = 0
         for tid, size in meta["tables"]:
-            tables[int(tid)] = cells[pos:pos + size]
+            tables[int(tid)] = cells[pos : pos + size]
             pos += size
         return cls(meta["epoch"], meta["lo"], meta["hi"], meta["windows"], tables, cells[pos:])
 
@@ -58,11 +64,16 @@ class WindowStore:
     # -- window tables ---------------------------------------------------------------
     async def state(self, s: str, w: int) -> str | None:
         v = await self.r.hget(self.k.meta(s, w), "state")
-        return v.decode() if v is not None else None
+        return cast(bytes, v).decode() if v is not None else None
 
     async def write_tables(
-        self, rt: StreamRuntime, w: int, tables: dict[int, np.ndarray], prior: np.ndarray,
-        *, state: str,
+        self,
+        rt: StreamRuntime,
+        w: int,
+        tables: dict[int, np.ndarray],
+        prior: np.ndarray,
+        *,
+        state: str,
     ) -> bool:
         """Write noise-initialised tables unless the window already opened; atomic."""
         keys = [self.k.meta(rt.name, w)]
@@ -93,13 +104,17 @@ class WindowStore:
             return None
         out: dict[int, np.ndarray] = {}
         for tid, buf in zip(table_ids, raw[:-1], strict=True):
-            out[tid] = (np.frombuffer(buf, ">i4").astype(np.int64) if buf is not None
-                        else np.zeros(rt.spec.cells, np.int64))
+            out[tid] = (
+                np.frombuffer(buf, ">i4").astype(np.int64)
+                if buf is not None
+                else np.zeros(rt.spec.cells, np.int64)
+            )
         return out, np.frombuffer(raw[-1], ">i4").astype(np.int64)
 
     async def delete_tables(self, rt: StreamRuntime, w: int, table_ids: Sequence[int]) -> None:
-        await self.r.delete(*[self.k.table(rt.name, w, t) for t in table_ids],
-                            self.k.prior(rt.name, w))
+        await self.r.delete(
+            *[self.k.table(rt.name, w, t) for t in table_ids], self.k.prior(rt.name, w)
+        )
 
     async def delete_hot(self, s: str, w: int) -> None:
         await self.r.delete(self.k.hot(s, w))
@@ -128,7 +143,7 @@ class WindowStore:
     # -- aggregate ----------------------------------------------------------------------
     async def read_agg(self, s: str, epoch: int) -> Aggregate | None:
         data = await self.r.hgetall(self.k.agg(s, epoch))
-        return Aggregate.from_redis(data) if data else None
+        return Aggregate.from_redis(cast(dict[bytes, bytes], data)) if data else None
 
     async def write_agg(self, s: str, agg: Aggregate) -> None:
         key = self.k.agg(s, agg.epoch)
@@ -145,17 +160,17 @@ class WindowStore:
     # -- hot stream ---------------------------------------------------------------------
     async def hot_last_id(self, s: str, w: int) -> bytes | None:
         last = await self.r.xrevrange(self.k.hot(s, w), count=1)
-        return last[0][0] if last else None
+        return cast(bytes, last[0][0]) if last else None
 
     async def hot_range(
         self, s: str, w: int, start: bytes | str, end: bytes | str, count: int
     ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        return await self.r.xrange(self.k.hot(s, w), min=start, max=end, count=count)
+        entries = await self.r.xrange(self.k.hot(s, w), min=start, max=end, count=count)
+        return cast(list[tuple[bytes, dict[bytes, bytes]]], entries)
 
     # -- locks --------------------------------------------------------------------------
     def lock(self, s: str, what: str, *, timeout: float, blocking_timeout: float | None):
-        return self.r.lock(self.k.lock(s, what), timeout=timeout,
-                           blocking_timeout=blocking_timeout)
+        return self.r.lock(self.k.lock(s, what), timeout=timeout, blocking_timeout=blocking_timeout)
 
     async def rewrite_aof(self) -> bool:
         """Rewrite the AOF so deleted hot data leaves the persistence files (DESIGN §7)."""
@@ -163,7 +178,8 @@ class WindowStore:
             conf = await self.r.config_get("appendonly")
         except Exception:  # CONFIG may be disabled on managed Redis
             return False
-        value = conf.get("appendonly", conf.get(b"appendonly"))
+        raw = cast(dict[Any, Any], conf)
+        value = raw.get("appendonly", raw.get(b"appendonly"))
         if value not in ("yes", b"yes"):
             return False
         await self.r.bgrewriteaof()

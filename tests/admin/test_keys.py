@@ -4,6 +4,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 from sqlalchemy import select
 
@@ -26,10 +27,14 @@ async def test_keys_are_hashed_at_rest_and_shown_once(api: Api) -> None:
     # the new key works with its role
     h = {"Authorization": f"Bearer {key}"}
     assert (await api.client.get("/v1/streams", headers=h)).status_code == 200
-    assert (await api.client.post("/v1/admin/keys", headers=h, json={"role": "admin"})).status_code == 403
+    assert (
+        await api.client.post("/v1/admin/keys", headers=h, json={"role": "admin"})
+    ).status_code == 403
     # a key with one changed character does not
     bad = key[:-1] + ("A" if key[-1] != "A" else "B")
-    assert (await api.client.get("/v1/streams", headers={"Authorization": f"Bearer {bad}"})).status_code == 401
+    assert (
+        await api.client.get("/v1/streams", headers={"Authorization": f"Bearer {bad}"})
+    ).status_code == 401
     r = await api.post("/v1/admin/keys", json={"role": "wizard"})
     assert r.status_code == 422 and "role" in r.json()["detail"]
 
@@ -48,7 +53,7 @@ async def test_bootstrap_admin_key_file_is_private(api: Api, tmp_path) -> None: 
         assert path is not None
         mode = stat.S_IMODE(os.stat(path).st_mode)
         assert mode == 0o600
-        key = open(path).read().strip()
+        key = Path(path).read_text().strip()
         assert key.startswith("sk_")
         assert await bootstrap_admin(sessionmaker=sm, settings=settings) is None
     finally:
@@ -56,13 +61,22 @@ async def test_bootstrap_admin_key_file_is_private(api: Api, tmp_path) -> None: 
 
 
 def test_cli_create_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    env = {**os.environ, "SELECTIVITY_DATA_DIR": str(tmp_path),
-           "SELECTIVITY_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}"}
+    env = {
+        **os.environ,
+        "SELECTIVITY_DATA_DIR": str(tmp_path),
+        "SELECTIVITY_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}",
+    }
     run = [sys.executable, "-m", "service.cli"]
     subprocess.run([*run, "migrate"], env=env, check=True, capture_output=True)
-    out = subprocess.run([*run, "admin", "create-key", "--role", "model"], env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [*run, "admin", "create-key", "--role", "model"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.strip().startswith("sk_")
-    bad = subprocess.run([*run, "admin", "create-key", "--role", "wizard"], env=env,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [*run, "admin", "create-key", "--role", "wizard"], env=env, capture_output=True, text=True
+    )
     assert bad.returncode != 0 and "wizard" in bad.stderr

@@ -35,7 +35,8 @@ def test_upgrade_downgrade_upgrade_matches_models(backend: Backend, tmp_path: Pa
         assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
         upgrade(url)
         assert {"stream", "stream_window", "api_key", "count_table"} <= set(
-            inspect(engine).get_table_names())
+            inspect(engine).get_table_names()
+        )
     finally:
         engine.dispose()
         if schema:

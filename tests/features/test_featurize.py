@@ -18,32 +18,52 @@ async def _setup(api: Api, **over: object) -> str:
     """A stream with one counted window (window 1) and two hot rows in window 2."""
     name = unique("feat")
     assert (await api.post("/v1/streams", json=stream_body(name, **over))).status_code == 201
-    rows = ([obs("alice", "x", 20, "1")] * 6 + [obs("alice", "y", 30, "0")] * 2
-            + [obs("bob", "x", 60, "0")] * 4)
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": rows})
+    rows = (
+        [obs("alice", "x", 20, "1")] * 6
+        + [obs("alice", "y", 30, "0")] * 2
+        + [obs("bob", "x", 60, "0")] * 4
+    )
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
+    )
     assert r.status_code == 202
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": [obs("alice", "x", 20, "1", "h1"),
-                                              obs("carol", "z", 40, "0", "h2")]})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("alice", "x", 20, "1", "h1"), obs("carol", "z", 40, "0", "h2")]},
+    )
     assert r.json()["window"] == 2
     return name
 
 
 async def test_featurize_columns_counts_probabilities_and_backoff(api: Api) -> None:
     name = await _setup(api)
-    r = await api.post(f"/v1/streams/{name}/featurize", role="model",
-                       json={"rows": [{"user": "alice", "item": "x", "age": 21},
-                                      {"user": "nobody"},
-                                      {"user": "bob", "item": None, "age": 70.5}],
-                             "model_id": None})
+    r = await api.post(
+        f"/v1/streams/{name}/featurize",
+        role="model",
+        json={
+            "rows": [
+                {"user": "alice", "item": "x", "age": 21},
+                {"user": "nobody"},
+                {"user": "bob", "item": None, "age": 70.5},
+            ],
+            "model_id": None,
+        },
+    )
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["epoch"] == 2
     assert out["columns"] == column_names(["user", "item", "age"], ["0", "1"], ["age"])
-    assert out["columns"][:7] == ["user:count:0", "user:count:1", "user:total", "user:p:1",
-                                  "user:logodds:1", "user:backoff", "item:count:0"]
+    assert out["columns"][:7] == [
+        "user:count:0",
+        "user:count:1",
+        "user:total",
+        "user:p:1",
+        "user:logodds:1",
+        "user:backoff",
+        "item:count:0",
+    ]
     row = dict(zip(out["columns"], out["rows"][0], strict=True))
     assert (row["user:count:0"], row["user:count:1"], row["user:total"]) == (2.0, 6.0, 8.0)
     prior1 = (6 + 1) / (12 + 2)  # add-one smoothed prior of label "1": 6 of 12
@@ -64,8 +84,11 @@ async def test_backoff_under_noise_falls_back_to_the_prior(api: Api) -> None:
     """Unseen keys under noise: their n̂ is noise, mostly below the threshold (one σ of the
     summed noise × sqrt(L)); every backed-off row's p is exactly the (noisy) prior."""
     name = await _setup(api, privacy={"mechanism": "laplace", "epsilon": 0.5})
-    r = await api.post(f"/v1/streams/{name}/featurize", role="model",
-                       json={"rows": [{"user": f"nobody-{i}"} for i in range(50)]})
+    r = await api.post(
+        f"/v1/streams/{name}/featurize",
+        role="model",
+        json={"rows": [{"user": f"nobody-{i}"} for i in range(50)]},
+    )
     out = r.json()
     j_b, j_p = out["columns"].index("user:backoff"), out["columns"].index("user:p:1")
     backed = [row[j_p] for row in out["rows"] if row[j_b] == 1.0]
@@ -100,13 +123,21 @@ async def test_trainset_in_three_formats(api: Api) -> None:
     table = pa.ipc.open_stream(r.content).read_all()
     assert table.num_rows == 2  # the hot period (window 2) only
     assert table.column_names[:4] == ["id", "event_time", "window", "label"]
-    fz = await api.post(f"/v1/streams/{name}/featurize", role="model",
-                        json={"rows": [{"user": "alice", "item": "x", "age": 20},
-                                       {"user": "carol", "item": "z", "age": 40}]})
+    fz = await api.post(
+        f"/v1/streams/{name}/featurize",
+        role="model",
+        json={
+            "rows": [
+                {"user": "alice", "item": "x", "age": 20},
+                {"user": "carol", "item": "z", "age": 40},
+            ]
+        },
+    )
     assert table.column_names[4:] == fz.json()["columns"]
     np.testing.assert_allclose(
         np.array([table.column(c).to_numpy() for c in table.column_names[4:]]).T,
-        np.array(fz.json()["rows"], dtype=float))
+        np.array(fz.json()["rows"], dtype=float),
+    )
     assert table.column("id").to_pylist() == ["h1", "h2"]
     assert table.column("label").to_pylist() == ["1", "0"]
 
@@ -131,10 +162,13 @@ async def test_trainset_streams_many_chunks(api: Api) -> None:
     assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
     n = features.TRAINSET_CHUNK + 1500
     for start in range(0, n, 2000):
-        batch = [obs(f"u{i % 50}", f"i{i % 7}", i % 80, str(i % 2), f"r{i}")
-                 for i in range(start, min(n, start + 2000))]
-        r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                           json={"observations": batch})
+        batch = [
+            obs(f"u{i % 50}", f"i{i % 7}", i % 80, str(i % 2), f"r{i}")
+            for i in range(start, min(n, start + 2000))
+        ]
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+        )
         assert r.status_code == 202
     r = await api.get(f"/v1/streams/{name}/trainset", role="model")
     reader = pa.ipc.open_stream(r.content)

@@ -21,8 +21,9 @@ async def _stream(api: Api, **over: object) -> str:
 async def test_ingest_counts_and_appends(api: Api) -> None:
     name = await _stream(api)
     batch = [obs("u1", "i1", 20, "1", "a"), obs("u1", "i2", 30, "0"), obs("u2", "i1", 40, "1")]
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": batch})
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+    )
     assert r.status_code == 202, r.text
     assert r.json() == {"accepted": 3, "window": 1}
     cells = await window_cells(api.ctx, name, 1)
@@ -47,8 +48,12 @@ async def test_idempotent_retry_never_double_counts_even_after_a_roll(api: Api) 
     assert (await window_cells(api.ctx, name, 2))["_hot"] == b"0"
     assert await window_cells(api.ctx, name, 1) == before
     # a different key is a different batch
-    r4 = await api.post(f"/v1/streams/{name}/observations", role="producer", json=body,
-                        headers={"Idempotency-Key": "batch-43"})
+    r4 = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json=body,
+        headers={"Idempotency-Key": "batch-43"},
+    )
     assert r4.json() == {"accepted": 2, "window": 2}
 
 
@@ -56,16 +61,22 @@ async def test_batch_racing_a_roll_lands_in_the_next_window(api: Api) -> None:
     name = await _stream(api)
     ctx = api.ctx
     # this process believes window 1 is open (cached) ...
-    await api.post(f"/v1/streams/{name}/observations", role="producer",
-                   json={"observations": [obs("u", "i", 20, "1")]})
+    await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("u", "i", 20, "1")]},
+    )
     assert ctx.caches["open_epoch"][name] == 1
     # ... while another process rolls the stream
     from service.windows import service as windows
 
     assert await windows.roll(ctx=ctx, name=name) == 2
     ctx.caches["open_epoch"][name] = 1  # as if the roll happened elsewhere
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": [obs("u", "i", 20, "0")]})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("u", "i", 20, "0")]},
+    )
     assert r.json() == {"accepted": 1, "window": 2}
     assert (await window_cells(ctx, name, 1))["_hot"] == b"1"
     assert (await window_cells(ctx, name, 2))["_hot"] == b"1"
@@ -78,9 +89,12 @@ async def test_concurrent_batches_and_rolls_lose_and_double_count_nothing(api: A
     async def producer(k: int) -> int:
         total = 0
         for j in range(15):
-            r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                               json={"observations": [obs(f"u{k}", f"i{j}", 30, "1")] * 3},
-                               headers={"Idempotency-Key": f"p{k}-{j}"})
+            r = await api.post(
+                f"/v1/streams/{name}/observations",
+                role="producer",
+                json={"observations": [obs(f"u{k}", f"i{j}", 30, "1")] * 3},
+                headers={"Idempotency-Key": f"p{k}-{j}"},
+            )
             assert r.status_code == 202, r.text
             total += r.json()["accepted"]
         return total
@@ -121,8 +135,11 @@ async def test_bad_observations_are_refused_and_change_nothing(
     name = await _stream(api)
     good = obs("u", "i", 20, "1")
     before = await window_cells(api.ctx, name, 1)
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": [good, observation]})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [good, observation]},
+    )
     assert r.status_code == status, r.text
     assert r.json()["error"] in ("ValidationError", "ValidationFailed")
     assert needle in r.json()["detail"]
@@ -133,23 +150,37 @@ async def test_limits_and_auth(api: Api) -> None:
     name = await _stream(api)
     limit = api.ctx.settings.max_batch
     before = await window_cells(api.ctx, name, 1)
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": [obs("u", "i", 20, "1")] * (limit + 1)})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("u", "i", 20, "1")] * (limit + 1)},
+    )
     assert r.status_code == 413 and str(limit) in r.json()["detail"]
     big = {"observations": [obs("u" * 200, "i", 20, "1")] * 20000}
     r = await api.post(f"/v1/streams/{name}/observations", role="producer", json=big)
     assert r.status_code == 413 and r.json()["error"] == "PayloadTooLarge"
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       content=b"{not json", headers={"Content-Type": "application/json"})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 422
-    r = await api.post(f"/v1/streams/{name}/observations", role="model",
-                       json={"observations": [obs("u", "i", 20, "1")]})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="model",
+        json={"observations": [obs("u", "i", 20, "1")]},
+    )
     assert r.status_code == 403
-    r = await api.post("/v1/streams/nope/observations", role="producer",
-                       json={"observations": [obs("u", "i", 20, "1")]})
+    r = await api.post(
+        "/v1/streams/nope/observations",
+        role="producer",
+        json={"observations": [obs("u", "i", 20, "1")]},
+    )
     assert r.status_code == 404
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": []})
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": []}
+    )
     assert r.status_code == 422
     assert await window_cells(api.ctx, name, 1) == before
 

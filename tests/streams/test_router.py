@@ -8,8 +8,9 @@ from tests.helpers import stream_body
 
 async def test_create_stream_documents_defaults_and_sensitivity(api: Api) -> None:
     name = unique("s")
-    r = await api.post("/v1/streams", json={"name": name, "features": [{"name": "a"}],
-                                            "labels": ["0", "1"]})
+    r = await api.post(
+        "/v1/streams", json={"name": name, "features": [{"name": "a"}], "labels": ["0", "1"]}
+    )
     assert r.status_code == 201, r.text
     s = r.json()
     assert s["window_seconds"] == 86400 and s["hot_windows"] == 2
@@ -54,7 +55,9 @@ async def test_duplicate_stream_is_409(api: Api) -> None:
         ({"window_seconds": "soon"}, "window_seconds"),
     ],
 )
-async def test_invalid_stream_bodies_get_422_naming_the_field(api: Api, patch: dict, needle: str) -> None:
+async def test_invalid_stream_bodies_get_422_naming_the_field(
+    api: Api, patch: dict, needle: str
+) -> None:
     body = stream_body(unique("bad"))
     body.update(patch)
     r = await api.post("/v1/streams", json=body)

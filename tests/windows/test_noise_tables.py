@@ -26,9 +26,13 @@ def _chi_square_p(samples: np.ndarray, pmf) -> float:  # type: ignore[no-untyped
     inner = np.arange(-m, m + 1)
     exp_inner = pmf(inner) * n
     tail = (n - exp_inner.sum()) / 2
-    observed = np.concatenate([[np.sum(samples < -m)],
-                               np.bincount(samples[np.abs(samples) <= m] + m, minlength=2 * m + 1),
-                               [np.sum(samples > m)]]).astype(float)
+    observed = np.concatenate(
+        [
+            [np.sum(samples < -m)],
+            np.bincount(samples[np.abs(samples) <= m] + m, minlength=2 * m + 1),
+            [np.sum(samples > m)],
+        ]
+    ).astype(float)
     expected = np.concatenate([[tail], exp_inner, [tail]])
     return float(stats.chisquare(observed, expected * n / expected.sum()).pvalue)
 
@@ -45,7 +49,9 @@ async def _fresh_cells(api: Api, privacy: dict) -> tuple[np.ndarray, float]:
     return np.concatenate(list(data[0].values())), r.json()["noise_scale"]
 
 
-async def test_fresh_laplace_cells_follow_the_exact_pmf_at_scale_delta_over_epsilon(api: Api) -> None:
+async def test_fresh_laplace_cells_follow_the_exact_pmf_at_scale_delta_over_epsilon(
+    api: Api,
+) -> None:
     cells, scale = await _fresh_cells(api, {"mechanism": "laplace", "epsilon": 2.0})
     # Δ1 = T·depth = (3 features + prior + 4) · 3 = 24; b = Δ1/ε = 12
     assert scale == pytest.approx(12.0)
@@ -65,7 +71,9 @@ async def test_fresh_gaussian_cells_follow_the_exact_pmf(api: Api) -> None:
     assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma * 1.3)) < 1e-6
 
 
-def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls = {"n": 0}
     real = os.urandom
 
@@ -77,10 +85,17 @@ def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(monkeypatch: pytest.
         raise AssertionError("a seeded / non-cryptographic PRNG was used for noise")
 
     monkeypatch.setattr(os, "urandom", counting)
-    for target, attr in [(np.random, "default_rng"), (np.random, "seed"),
-                         (np.random, "RandomState"), (np.random, "Generator"),
-                         (np.random, "randint"), (np.random, "laplace"),
-                         (random, "Random"), (random, "seed"), (random, "random")]:
+    for target, attr in [
+        (np.random, "default_rng"),
+        (np.random, "seed"),
+        (np.random, "RandomState"),
+        (np.random, "Generator"),
+        (np.random, "randint"),
+        (np.random, "laplace"),
+        (random, "Random"),
+        (random, "seed"),
+        (random, "random"),
+    ]:
         monkeypatch.setattr(target, attr, forbidden)
     for mechanism in ("laplace", "gaussian"):
         tables, prior = windows.noise_tables(mechanism, 7.5, [1, 2], 4096, 2)
@@ -92,8 +107,9 @@ def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(monkeypatch: pytest.
 
 async def test_two_windows_never_share_noise(api: Api) -> None:
     name = unique("fresh")
-    r = await api.post("/v1/streams", json=stream_body(
-        name, privacy={"mechanism": "laplace", "epsilon": 1.0}))
+    r = await api.post(
+        "/v1/streams", json=stream_body(name, privacy={"mechanism": "laplace", "epsilon": 1.0})
+    )
     assert r.status_code == 201
     rt = await streams.runtime(ctx=api.ctx, name=name)
     store = windows.store_of(api.ctx)

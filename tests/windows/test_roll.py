@@ -21,8 +21,9 @@ async def _stream(api: Api, **over: object) -> str:
 
 
 async def _ingest(api: Api, name: str, rows: list[dict]) -> int:
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": rows})
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
+    )
     assert r.status_code == 202, r.text
     return r.json()["window"]
 
