@@ -44,7 +44,7 @@ class PayloadTooLarge(ServiceError):
     status_code = 413
 
 
-class ValidationFailed(ServiceError):
+class ValidationError(ServiceError):
     status_code = 422
 
 

@@ -17,7 +17,7 @@ from service.admin.schemas import KeyCreated
 from service.config import Settings
 from service.context import AppContext
 from service.db.models import ApiKey
-from service.errors import Unauthorized, ValidationFailed
+from service.errors import Unauthorized, ValidationError
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ async def create(
         key = f"sk_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
     parsed = _split(key)
     if parsed is None or len(parsed[1]) < 32 or len(key) > 200:
-        raise ValidationFailed("key must look like sk_<id>_<secret> with a secret of 32+ chars")
+        raise ValidationError("key must look like sk_<id>_<secret> with a secret of 32+ chars")
     row = await repository.create(
         session, ApiKey(id=parsed[0], name=name, role=role, key_hash=_hash(key))
     )

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from service.deps import CtxDep, ModelKey
-from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationFailed, error_responses
+from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.features import service
 from service.features.schemas import FeaturizeIn, FeaturizeOut
 from service.streams.router import StreamPath
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1/streams", tags=["features"])
 @router.post(
     "/{stream}/featurize",
     response_model=FeaturizeOut,
-    responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable),
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
 )
 async def featurize(
     body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from service.errors import ValidationFailed
+from service.errors import ValidationError
 from service.streams.runtime import StreamRuntime
 
 
 def check_rows(
     rt: StreamRuntime, rows: Sequence[Mapping[str, object]], *, where: str, max_string: int
 ) -> None:
-    """Raise ValidationFailed naming the first bad value, and every unknown feature."""
+    """Raise ValidationError naming the first bad value, and every unknown feature."""
     known = rt.feature_names
     unknown: set[str] = set()
     kinds = {f.name: f.kind for f in rt.features}
@@ -27,21 +27,21 @@ def check_rows(
                 continue
             if kind == "numeric":
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ValidationFailed(
+                    raise ValidationError(
                         f"{where}[{i}].{name}: numeric feature needs a number, got {value!r:.40}"
                     )
                 if not math.isfinite(value):
-                    raise ValidationFailed(f"{where}[{i}].{name}: must be finite")
+                    raise ValidationError(f"{where}[{i}].{name}: must be finite")
             elif isinstance(value, str):
                 if len(value) > max_string:
-                    raise ValidationFailed(
+                    raise ValidationError(
                         f"{where}[{i}].{name}: string longer than the limit of {max_string}"
                     )
                 if "\x1f" in value or "\x00" in value:
-                    raise ValidationFailed(f"{where}[{i}].{name}: control characters not allowed")
+                    raise ValidationError(f"{where}[{i}].{name}: control characters not allowed")
             elif isinstance(value, float) and not math.isfinite(value):
-                raise ValidationFailed(f"{where}[{i}].{name}: must be finite")
+                raise ValidationError(f"{where}[{i}].{name}: must be finite")
     if unknown:
-        raise ValidationFailed(
+        raise ValidationError(
             f"unknown feature(s) {sorted(unknown)} for stream {rt.name!r}; known: {sorted(known)}"
         )

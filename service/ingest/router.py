@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 
 from service.deps import CtxDep, ProducerKey
-from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationFailed, error_responses
+from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.ingest import service
 from service.ingest.schemas import IngestIn, IngestOut
 from service.streams.router import StreamPath
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/streams", tags=["ingest"])
     "/{stream}/observations",
     status_code=202,
     response_model=IngestOut,
-    responses=error_responses(NotFound, PayloadTooLarge, ValidationFailed, Unavailable),
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
 )
 async def ingest(
     body: IngestIn,

@@ -12,7 +12,7 @@ import orjson
 from service.context import AppContext
 from service.core.featurize import row_keys, table_keys
 from service.core.sketch import aggregate_increments, hash_keys
-from service.errors import PayloadTooLarge, Unavailable, ValidationFailed
+from service.errors import PayloadTooLarge, Unavailable, ValidationError
 from service.features.validation import check_rows
 from service.ingest.schemas import IngestIn, IngestOut
 from service.ingest.store import IngestStore
@@ -80,7 +80,7 @@ def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
         )
     bad = sorted({o.label for o in body.observations if o.label not in rt.label_index})
     if bad:
-        raise ValidationFailed(f"unknown label(s) {bad[:10]}; stream {rt.name!r} has {rt.labels}")
+        raise ValidationError(f"unknown label(s) {bad[:10]}; stream {rt.name!r} has {rt.labels}")
     check_rows(
         rt,
         [o.features for o in body.observations],

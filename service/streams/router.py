@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 
 from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
-from service.errors import Conflict, NotFound, ValidationFailed, error_responses
+from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.streams import service
 from service.streams.schemas import NAME_PATTERN, StreamCreate, StreamList, StreamOut
 
@@ -15,7 +15,7 @@ StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
     "",
     status_code=201,
     response_model=StreamOut,
-    responses=error_responses(Conflict, ValidationFailed),
+    responses=error_responses(Conflict, ValidationError),
 )
 async def create_stream(
     body: StreamCreate, ctx: CtxDep, session: SessionDep, _: AdminKey

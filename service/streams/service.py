@@ -11,12 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.context import AppContext
 from service.core.featurize import table_name
 from service.db.models import CountTable, Stream
-from service.errors import Conflict, NotFound, ValidationFailed
+from service.errors import Conflict, NotFound, ValidationError
 from service.streams import repository
-from service.streams.runtime import StreamRuntime, TableRef
+from service.streams.runtime import StreamRuntime, TableRef, noise_for
 from service.streams.schemas import StreamCreate, StreamOut, TableOut
 
 RUNTIME_TTL_SECONDS = 5.0
+# Cells are int32: noise beyond ~1e7 would saturate them and carries no useful signal anyway.
+MAX_NOISE_SCALE = 1e7
 
 
 def _runtime(stream: Stream, tables: list[CountTable]) -> StreamRuntime:
@@ -33,7 +35,14 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
     from service.windows import service as windows
 
     if ctx.settings.env == "production" and stream_in.privacy.mechanism == "none":
-        raise ValidationFailed("privacy.mechanism 'none' is refused in production")
+        raise ValidationError("privacy.mechanism 'none' is refused in production")
+    noise = noise_for(stream_in)
+    if noise.scale > MAX_NOISE_SCALE:
+        raise ValidationError(
+            f"privacy: noise scale {noise.scale:.3g} (sensitivity {noise.l1_sensitivity:g} / "
+            f"budget) exceeds the limit of {MAX_NOISE_SCALE:.0e}; raise epsilon/rho or lower "
+            f"max_tables or sketch.depth"
+        )
     if await repository.get_by_name(session, stream_in.name) is not None:
         raise Conflict(f"stream {stream_in.name!r} already exists")
     now = datetime.now(UTC)

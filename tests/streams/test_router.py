@@ -53,6 +53,7 @@ async def test_duplicate_stream_is_409(api: Api) -> None:
         ({"bogus": 1}, "bogus"),
         ({"features": [{"name": "a"}, {"name": "a"}]}, "duplicate"),
         ({"window_seconds": "soon"}, "window_seconds"),
+        ({"privacy": {"epsilon": 1e-6}}, "noise scale"),
     ],
 )
 async def test_invalid_stream_bodies_get_422_naming_the_field(

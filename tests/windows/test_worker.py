@@ -1,0 +1,35 @@
+"""The real SAQ worker, cron included, rolls a due stream on its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.windows.service import store_of
+from tests.conftest import Api, unique
+from tests.helpers import stream_body
+from workers.runner import cron_every, run_in_process
+
+
+def test_cron_every() -> None:
+    assert cron_every(5) == "* * * * * */5"
+    assert cron_every(0.2) == "* * * * * */1"
+    assert cron_every(600) == "* * * * * */59"
+
+
+async def test_worker_rolls_a_due_stream_by_itself(api: Api) -> None:
+    ctx = api.ctx
+    ctx.settings = ctx.settings.model_copy(update={"scheduler_seconds": 1})
+    name = unique("cron")
+    assert (
+        await api.post("/v1/streams", json=stream_body(name, window_seconds=1))
+    ).status_code == 201
+    worker = asyncio.create_task(run_in_process(ctx))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if (await store_of(ctx).epoch(name) or 0) >= 2:
+                break
+        assert (await store_of(ctx).epoch(name) or 0) >= 2
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
