@@ -60,6 +60,7 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
     await repository.create(session, stream, tables)
     await repository.ensure_window(session, stream.id, 1, "open", now)
     rt = _runtime(stream, tables)
+    await windows.forget_leftovers(ctx=ctx, name=rt.name)
     await windows.prepare(ctx=ctx, rt=rt, epoch=1, state="open")
     await windows.initialise_pointers(ctx=ctx, rt=rt)
     await windows.prepare(ctx=ctx, rt=rt, epoch=2, state="prepared")

@@ -69,6 +69,16 @@ async def prepare(
     return await store.write_tables(rt, epoch, tables, prior, state=state)
 
 
+async def forget_leftovers(*, ctx: AppContext, name: str) -> None:
+    """Before a new stream's first windows are prepared: drop window state and pointers that a
+    creation of the same name left behind when its SQL transaction failed after writing to
+    Redis (the name is new in SQL, so nothing under it in Redis is live)."""
+    store = store_of(ctx)
+    await store.delete_meta(name, 1)
+    await store.delete_meta(name, 2)
+    await store.clear_pointers(name)
+
+
 async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
     store = store_of(ctx)
     lo, hi = rt.count_period(1)

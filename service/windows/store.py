@@ -137,6 +137,9 @@ class WindowStore:
         v = await self.r.get(self.k.served(s))
         return int(v) if v is not None else None
 
+    async def clear_pointers(self, s: str) -> None:
+        await self.r.delete(self.k.epoch(s), self.k.served(s))
+
     async def set_served(self, s: str, epoch: int) -> None:
         await self.r.set(self.k.served(s), epoch)
 

@@ -87,3 +87,22 @@ async def test_health_and_openapi(api: Api) -> None:
     spec = (await api.client.get("/openapi.json")).json()
     assert "/v1/streams/{stream}/observations" in spec["paths"]
     assert (await api.client.get("/metrics")).status_code == 200
+
+
+async def test_a_failed_creation_leaves_nothing_that_breaks_the_next(api: Api) -> None:
+    """Redis state left by a creation whose SQL transaction failed must not break a later
+    creation of the same name (whose tables get other ids)."""
+    from service.windows.service import store_of
+
+    name = unique("again")
+    store = store_of(api.ctx)
+    await store.set_state(name, 1, "open")  # a leftover: open window 1 without our tables
+    await store.set_epoch(name, 7)
+    r = await api.post("/v1/streams", json=stream_body(name))
+    assert r.status_code == 201
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [{"features": {"user": "u"}, "label": "1"}]},
+    )
+    assert r.status_code == 202 and r.json()["window"] == 1
