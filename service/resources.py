@@ -3,6 +3,7 @@ the CLI and the tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any
@@ -63,6 +64,9 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
 
 
 async def close(ctx: AppContext) -> None:
+    pending = list(ctx.caches.get("background", ()))
+    if pending:  # e.g. a forced roll's preparation of the next window: let it finish
+        await asyncio.gather(*pending, return_exceptions=True)
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:
