@@ -70,4 +70,4 @@ async def close(ctx: AppContext) -> None:
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:
-        ctx.executor.shutdown(wait=False, cancel_futures=True)
+        ctx.executor.shutdown(wait=True, cancel_futures=True)

@@ -46,8 +46,12 @@ def make_worker(app: AppContext) -> Worker:
     )
 
 
-async def run_in_process(app: AppContext) -> None:
+async def run_in_process(app: AppContext, *, handle_signals: bool = False) -> None:
+    """Run the worker until cancelled. Inside the API process, uvicorn owns SIGINT/SIGTERM
+    (SAQ would otherwise take them over and the server would never shut down)."""
     worker = make_worker(app)
+    if not handle_signals:
+        worker.SIGNALS = []
     try:
         await worker.start()
     finally:
@@ -58,4 +62,4 @@ async def run_standalone(app: AppContext) -> None:
     app.executor = make_process_pool()
     log.info("worker started")
     with contextlib.suppress(asyncio.CancelledError):
-        await run_in_process(app)
+        await run_in_process(app, handle_signals=True)
