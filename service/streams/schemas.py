@@ -86,7 +86,7 @@ class SketchIn(Strict):
         return v
 
 
-class FeaturizeIn(Strict):
+class FeaturizeSettings(Strict):
     alpha: float = Field(default=1.0, ge=0, le=1e6, description="prior pseudo-count")
     backoff_sigmas: float = Field(default=1.0, ge=0, le=100)
 
@@ -108,7 +108,7 @@ class StreamCreate(Strict):
         le=1024,
         description="default: one table per feature + the prior table + 4 for selected groups",
     )
-    featurize: FeaturizeIn = Field(default_factory=FeaturizeIn)
+    featurize: FeaturizeSettings = Field(default_factory=FeaturizeSettings)
 
     @model_validator(mode="after")
     def _check(self) -> StreamCreate:

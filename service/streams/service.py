@@ -78,17 +78,7 @@ def to_out(stream: Stream, tables: list[CountTable] | tuple) -> StreamOut:
             "noise_scale": rt.noise.scale,
             "l1_sensitivity": rt.noise.l1_sensitivity,
             "l2_sensitivity": rt.noise.l2_sensitivity,
-            "tables": [
-                TableOut(
-                    name=t.name,
-                    features=list(t.features),
-                    first_epoch=t.first_epoch,
-                    reason=t.reason,
-                    score=t.score,
-                    created_at=t.created_at,
-                )
-                for t in tables
-            ],
+            "tables": [TableOut.model_validate(t, from_attributes=True) for t in tables],
         }
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
 from service.core.noise import sample_noise
@@ -21,6 +22,7 @@ from service.streams import repository
 from service.streams import service as streams
 from service.streams.runtime import StreamRuntime
 from service.windows.schedule import roll_due
+from service.windows.schemas import WindowOut, WindowsOut
 from service.windows.store import Aggregate, WindowStore
 
 INT32_MAX = 2**31 - 1
@@ -259,3 +261,36 @@ async def prepare_next(*, ctx: AppContext, name: str) -> bool:
     if epoch is None:
         return False
     return await prepare(ctx=ctx, rt=rt, epoch=epoch + 1, state="prepared")
+
+
+async def list_windows(
+    *, ctx: AppContext, session: AsyncSession, name: str, limit: int
+) -> WindowsOut:
+    """Window states, newest first, with the period each belongs to at the current epoch."""
+    row = await streams.get(session=session, name=name)
+    rt = await streams.runtime(ctx=ctx, name=name)
+    hot = rt.hot_period(row.epoch)
+    count = rt.count_period(row.epoch)
+
+    def period(e: int) -> str:
+        if e == row.epoch:
+            return "open"
+        if hot[0] <= e <= hot[1]:
+            return "hot"
+        return "count" if count[0] <= e <= count[1] else "expired"
+
+    return WindowsOut(
+        epoch=row.epoch,
+        served_epoch=await store_of(ctx).served(name),
+        hot_period=hot,
+        count_period=(max(count[0], 1), count[1]),
+        windows=[
+            WindowOut.model_validate(
+                {
+                    **{c: getattr(w, c) for c in WindowOut.model_fields if c != "period"},
+                    "period": period(w.epoch),
+                }
+            )
+            for w in await repository.windows_of(session, row.id, limit=limit)
+        ],
+    )

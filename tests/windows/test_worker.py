@@ -25,7 +25,7 @@ async def test_worker_rolls_a_due_stream_by_itself(api: Api) -> None:
     ).status_code == 201
     worker = asyncio.create_task(run_in_process(ctx))
     try:
-        for _ in range(100):
+        for _ in range(300):  # up to 30 s: the tick walks every stream of the session
             await asyncio.sleep(0.1)
             if (await store_of(ctx).epoch(name) or 0) >= 2:
                 break
