@@ -98,6 +98,22 @@ def cmd_create_key(args: argparse.Namespace) -> None:
     print(asyncio.run(main()))
 
 
+BENCHES = ("accuracy", "speed", "roll", "memory")
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    """Each benchmark is ``bench/<name>.py`` with ``main(argv) -> None``."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"bench.{args.name}")
+    except ImportError as exc:
+        sys.exit(
+            f"benchmark {args.name!r} needs the bench extra: pip install -e '.[bench]' ({exc})"
+        )
+    module.main(args.rest)
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -124,6 +140,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
+    bp = sub.add_parser("bench", help="run a benchmark; appends its figures to BENCHMARKS.md")
+    bp.add_argument("name", choices=BENCHES)
+    bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")
+    bp.set_defaults(fn=cmd_bench)
     args = p.parse_args(argv)
     args.fn(args)
 
