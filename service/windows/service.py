@@ -85,7 +85,7 @@ async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
     store = store_of(ctx)
     lo, hi = rt.count_period(1)
     await store.write_agg(
-        rt.name, Aggregate(1, lo, hi, [], {}, np.zeros(rt.spec.n_labels, np.int64))
+        rt.name, Aggregate(1, lo, hi, [], [], np.zeros(rt.spec.n_labels, np.int64))
     )
     await store.set_epoch(rt.name, 1)
     await store.set_served(rt.name, 1)
@@ -93,40 +93,33 @@ async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
 
 async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> Aggregate:
     """The count-period aggregate of ``epoch``: incrementally, ``agg(e) = agg(e−1) + entering
-    − leaving`` (sketches are linear), or summed afresh when agg(e−1) is missing."""
+    − leaving`` (sketches are linear), or summed afresh when agg(e−1) is missing. One flat
+    array, one MGET per window: O(tables), not O(data)."""
     store = store_of(ctx)
     served = await store.served(rt.name)
     if served is not None and served >= epoch:
-        agg = await store.read_agg(rt.name, epoch)
-        if agg is not None:
-            return agg
+        done = await store.read_agg(rt.name, epoch)
+        if done is not None:
+            return done
     lo, hi = rt.count_period(epoch)
     ids = [t.id for t in rt.tables]
+    layout = [(tid, rt.spec.cells) for tid in ids]
     prev = await store.read_agg(rt.name, epoch - 1)
-    if prev is not None and (prev.lo, prev.hi) == (lo - 1, hi - 1):
-        tables = {
-            tid: prev.tables.get(tid, np.zeros(rt.spec.cells, np.int64)).copy() for tid in ids
-        }
-        prior = prev.prior.copy()
-        windows = [w for w in prev.windows if w >= lo]
-        leaving = [w for w in prev.windows if w < lo]
-        for w in leaving:
-            data = await store.read_tables(rt, w, ids)
-            if data is None:  # deleted already: cannot subtract, so sum afresh
-                return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
-            for tid, cells in data[0].items():
-                tables[tid] -= cells
-            prior -= data[1]
-        if hi >= 1 and hi not in windows:
-            data = await store.read_tables(rt, hi, ids)
-            if data is not None:
-                for tid, cells in data[0].items():
-                    tables[tid] += cells
-                prior += data[1]
-                windows.append(hi)
-        agg = Aggregate(epoch, lo, hi, sorted(windows), tables, prior)
-    else:
+    if prev is None or (prev.lo, prev.hi) != (lo - 1, hi - 1):
         return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+    cells = prev.aligned(layout, rt.spec.n_labels)
+    windows = [w for w in prev.windows if w >= lo]
+    for w in (w for w in prev.windows if w < lo):
+        leaving = await store.read_window(rt, w, ids)
+        if leaving is None:  # deleted already: cannot subtract, so sum afresh
+            return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+        cells -= leaving
+    if hi >= 1 and hi not in windows:
+        entering = await store.read_window(rt, hi, ids)
+        if entering is not None:
+            cells += entering
+            windows.append(hi)
+    agg = Aggregate(epoch, lo, hi, sorted(windows), layout, cells)
     await store.write_agg(rt.name, agg)
     await store.set_served(rt.name, epoch)
     return agg
@@ -136,18 +129,16 @@ async def _sum_afresh(
     ctx: AppContext, rt: StreamRuntime, epoch: int, lo: int, hi: int, ids: list[int]
 ) -> Aggregate:
     store = store_of(ctx)
-    tables = {tid: np.zeros(rt.spec.cells, np.int64) for tid in ids}
-    prior = np.zeros(rt.spec.n_labels, np.int64)
+    layout = [(tid, rt.spec.cells) for tid in ids]
+    cells = np.zeros(rt.spec.cells * len(ids) + rt.spec.n_labels, np.int64)
     windows: list[int] = []
     for w in range(max(lo, 1), hi + 1):
-        data = await store.read_tables(rt, w, ids)
-        if data is None:
+        flat = await store.read_window(rt, w, ids)
+        if flat is None:
             continue
-        for tid, cells in data[0].items():
-            tables[tid] += cells
-        prior += data[1]
+        cells += flat
         windows.append(w)
-    agg = Aggregate(epoch, lo, hi, windows, tables, prior)
+    agg = Aggregate(epoch, lo, hi, windows, layout, cells)
     await store.write_agg(rt.name, agg)
     await store.set_served(rt.name, epoch)
     return agg

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
@@ -15,44 +16,70 @@ from service.keys import Keys
 from service.lua import source
 from service.streams.runtime import StreamRuntime
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
 
 @dataclass
 class Aggregate:
-    """Sum of the count period's tables for one epoch (int64 cells)."""
+    """Sum of the count period's tables for one epoch: one flat int64 array in memory, the
+    tables in ``layout`` order and then the prior table's L cells. Stored like the window
+    tables, as big-endian int32 (half the bytes of int64 for every roll and every API process
+    that loads it); a sum beyond the int32 range saturates, as window cells do (BITFIELD SAT)."""
 
     epoch: int
     lo: int
     hi: int
     windows: list[int]  # the windows actually summed (those of [lo, hi] that exist)
-    tables: dict[int, np.ndarray]  # table id -> flat int64 cells; a missing table is all zeros
-    prior: np.ndarray  # (L,) int64
+    layout: list[tuple[int, int]]  # (table id, number of cells), in storage order
+    cells: np.ndarray  # flat int64
 
     @property
     def n_windows(self) -> int:
         return len(self.windows)
 
+    @cached_property
+    def tables(self) -> dict[int, np.ndarray]:
+        """Table id → its flat cells (views into ``cells``)."""
+        out: dict[int, np.ndarray] = {}
+        pos = 0
+        for tid, size in self.layout:
+            out[tid] = self.cells[pos : pos + size]
+            pos += size
+        return out
+
+    @property
+    def prior(self) -> np.ndarray:
+        return self.cells[sum(size for _, size in self.layout) :]
+
+    def aligned(self, layout: list[tuple[int, int]], n_labels: int) -> np.ndarray:
+        """A copy of the cells laid out as ``layout`` (tables it lacks are zeros)."""
+        if layout == self.layout:
+            return self.cells.copy()
+        mine = self.tables
+        parts = [mine.get(tid, np.zeros(size, np.int64)) for tid, size in layout]
+        prior = self.prior if self.prior.size == n_labels else np.zeros(n_labels, np.int64)
+        return np.concatenate([*parts, prior])
+
     def to_redis(self) -> dict[str, bytes]:
-        order = sorted(self.tables)
         meta = {
             "epoch": self.epoch,
             "lo": self.lo,
             "hi": self.hi,
             "windows": self.windows,
-            "tables": [[t, int(self.tables[t].size)] for t in order],
+            "tables": [list(x) for x in self.layout],
         }
-        blob = np.concatenate([self.tables[t] for t in order] + [self.prior]).astype(">i8")
+        cells = self.cells
+        if cells.size and (cells.max() > INT32_MAX or cells.min() < INT32_MIN):
+            cells = np.clip(cells, INT32_MIN, INT32_MAX)
+        blob = cells.astype(">i4")
         return {"meta": orjson.dumps(meta), "cells": blob.tobytes()}
 
     @classmethod
     def from_redis(cls, data: dict[bytes, bytes]) -> Aggregate:
         meta = orjson.loads(data[b"meta"])
-        cells = np.frombuffer(data[b"cells"], dtype=">i8").astype(np.int64)
-        tables: dict[int, np.ndarray] = {}
-        pos = 0
-        for tid, size in meta["tables"]:
-            tables[int(tid)] = cells[pos : pos + size]
-            pos += size
-        return cls(meta["epoch"], meta["lo"], meta["hi"], meta["windows"], tables, cells[pos:])
+        cells = np.frombuffer(data[b"cells"], dtype=">i4").astype(np.int64)
+        layout = [(int(t), int(n)) for t, n in meta["tables"]]
+        return cls(meta["epoch"], meta["lo"], meta["hi"], meta["windows"], layout, cells)
 
 
 class WindowStore:
@@ -89,27 +116,30 @@ class WindowStore:
     async def set_state(self, s: str, w: int, state: str) -> None:
         await self.r.hset(self.k.meta(s, w), "state", state)
 
+    async def read_window(
+        self, rt: StreamRuntime, w: int, table_ids: Sequence[int]
+    ) -> np.ndarray | None:
+        """A window's tables (in ``table_ids`` order) and its prior table as one flat int64
+        array, in one MGET; None if the window has no tables (never existed or deleted). A
+        table missing in a window that has others reads as zeros (it did not exist yet)."""
+        keys = [self.k.table(rt.name, w, t) for t in table_ids] + [self.k.prior(rt.name, w)]
+        raw = cast(list[bytes | None], await self.r.mget(keys))
+        if raw[-1] is None:
+            return None
+        zeros = bytes(4 * rt.spec.cells)
+        blob = b"".join(b if b is not None else zeros for b in raw)
+        return np.frombuffer(blob, ">i4").astype(np.int64)
+
     async def read_tables(
         self, rt: StreamRuntime, w: int, table_ids: Sequence[int]
     ) -> tuple[dict[int, np.ndarray], np.ndarray] | None:
-        """A window's tables as int64 arrays; None if the window has no tables (never existed
-        or already deleted). A table missing in a window that has others reads as zeros
-        (it did not exist yet then)."""
-        pipe = self.r.pipeline(transaction=False)
-        for tid in table_ids:
-            pipe.get(self.k.table(rt.name, w, tid))
-        pipe.get(self.k.prior(rt.name, w))
-        raw = await pipe.execute()
-        if raw[-1] is None:
+        """The same, split per table: ({table id: cells}, prior)."""
+        flat = await self.read_window(rt, w, table_ids)
+        if flat is None:
             return None
-        out: dict[int, np.ndarray] = {}
-        for tid, buf in zip(table_ids, raw[:-1], strict=True):
-            out[tid] = (
-                np.frombuffer(buf, ">i4").astype(np.int64)
-                if buf is not None
-                else np.zeros(rt.spec.cells, np.int64)
-            )
-        return out, np.frombuffer(raw[-1], ">i4").astype(np.int64)
+        n = rt.spec.cells
+        tables = {tid: flat[i * n : (i + 1) * n] for i, tid in enumerate(table_ids)}
+        return tables, flat[len(table_ids) * n :]
 
     async def delete_tables(self, rt: StreamRuntime, w: int, table_ids: Sequence[int]) -> None:
         await self.r.delete(

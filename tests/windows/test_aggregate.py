@@ -1,0 +1,30 @@
+"""The count-period aggregate's storage: int32 like the tables, saturating, layout-aware."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.windows.store import INT32_MAX, INT32_MIN, Aggregate
+
+
+def test_round_trip_and_saturation() -> None:
+    cells = np.array([1, -2, 3, 4, INT32_MAX + 10, INT32_MIN - 10, 7], np.int64)
+    agg = Aggregate(5, 2, 4, [2, 3, 4], [(11, 2), (12, 2), (13, 2)], cells)
+    back = Aggregate.from_redis({k.encode(): v for k, v in agg.to_redis().items()})
+    assert (back.epoch, back.lo, back.hi, back.windows) == (5, 2, 4, [2, 3, 4])
+    assert back.layout == agg.layout
+    np.testing.assert_array_equal(back.cells, [1, -2, 3, 4, INT32_MAX, INT32_MIN, 7])
+    assert set(back.tables) == {11, 12, 13}
+    np.testing.assert_array_equal(back.tables[12], [3, 4])
+    np.testing.assert_array_equal(back.prior, [7])
+
+
+def test_aligned_fills_new_tables_with_zeros_and_keeps_the_prior() -> None:
+    agg = Aggregate(3, 1, 2, [1, 2], [(1, 2), (2, 2)], np.array([1, 2, 3, 4, 9, 8], np.int64))
+    same = agg.aligned([(1, 2), (2, 2)], 2)
+    same[0] = 100
+    assert agg.cells[0] == 1  # a copy
+    grown = agg.aligned([(1, 2), (3, 2), (2, 2)], 2)
+    np.testing.assert_array_equal(grown, [1, 2, 0, 0, 3, 4, 9, 8])
+    empty = Aggregate(1, -1, 0, [], [], np.zeros(2, np.int64))
+    np.testing.assert_array_equal(empty.aligned([(1, 2)], 2), [0, 0, 0, 0])
