@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = Field(default=7 * 86400, ge=60)
     # Seconds an API process trusts its cached key lookups.
     key_cache_seconds: float = Field(default=5.0, ge=0)
+    # Webhooks: attempts per event and the first retry delay (doubling each time).
+    webhook_attempts: int = Field(default=5, ge=1, le=20)
+    webhook_backoff_seconds: float = Field(default=1.0, gt=0)
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0)
     # Run the worker inside the API process (default: only in embedded mode).
     embedded_worker: bool | None = None
 

@@ -55,3 +55,7 @@ class Unavailable(ServiceError):
 def error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
     """``responses=`` for a route, so OpenAPI shows its errors."""
     return {e.status_code: {"model": ErrorBody, "description": e.__name__} for e in errors}
+
+
+class RetrainRequired(Conflict):
+    """A model trained before the current epoch, past its grace period."""

@@ -117,3 +117,47 @@ class CountTable(Base):
     reason: Mapped[str] = mapped_column(String(20), default="feature")
     score: Mapped[float | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Model(Base):
+    """A registered model of a stream. ``trained_epoch`` is the newest epoch it reported (or
+    fetched the train set at); ``stale_since`` is when a roll left it behind (DESIGN §9)."""
+
+    __tablename__ = "model"
+    __table_args__ = (UniqueConstraint("stream_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    webhook_url: Mapped[str | None] = mapped_column(String(2000), default=None)
+    webhook_secret: Mapped[str | None] = mapped_column(String(200), default=None)
+    trained_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    trained_at: Mapped[datetime | None] = mapped_column(default=None)
+    stale_since: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class StreamEvent(Base):
+    """Events of a stream (roll, retrain_required, ...); the id is the SSE event id."""
+
+    __tablename__ = "stream_event"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One attempt to deliver an event to a model's webhook."""
+
+    __tablename__ = "webhook_delivery"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("model.id", ondelete="CASCADE"), index=True)
+    event_id: Mapped[int] = mapped_column(ForeignKey("stream_event.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    error: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

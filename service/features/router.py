@@ -8,9 +8,17 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from service.deps import CtxDep, ModelKey
-from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
+from service.errors import (
+    NotFound,
+    PayloadTooLarge,
+    RetrainRequired,
+    Unavailable,
+    ValidationError,
+    error_responses,
+)
 from service.features import service
 from service.features.schemas import FeaturizeIn, FeaturizeOut
+from service.models import service as models
 from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["features"])
@@ -19,11 +27,15 @@ router = APIRouter(prefix="/v1/streams", tags=["features"])
 @router.post(
     "/{stream}/featurize",
     response_model=FeaturizeOut,
-    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
+    responses=error_responses(
+        NotFound, PayloadTooLarge, ValidationError, Unavailable, RetrainRequired
+    ),
 )
 async def featurize(
     body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
 ) -> Response:
+    if body.model_id is not None:
+        await models.check_serving(ctx=ctx, name=stream, model_id=body.model_id)
     out = await service.featurize(ctx=ctx, name=stream, rows=list(body.rows))
     matrix: np.ndarray = out["rows"]
     nan = np.isnan(matrix)
@@ -49,8 +61,13 @@ async def trainset(
     _: ModelKey,
     stream: str = StreamPath,
     format: Literal["arrow", "parquet", "ndjson"] = Query(default="arrow"),  # noqa: A002
+    model_id: str | None = Query(
+        default=None, max_length=40, description="records a training of this model at the epoch"
+    ),
 ) -> StreamingResponse:
     epoch, body = await service.trainset(ctx=ctx, name=stream, fmt=format)
+    if model_id is not None:
+        await models.record_trainset(ctx=ctx, name=stream, model_id=model_id, epoch=epoch)
     return StreamingResponse(
         body, media_type=service.MEDIA_TYPES[format], headers={"X-Selectivity-Epoch": str(epoch)}
     )

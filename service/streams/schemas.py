@@ -109,6 +109,12 @@ class StreamCreate(Strict):
         description="default: one table per feature + the prior table + 4 for selected groups",
     )
     featurize: FeaturizeSettings = Field(default_factory=FeaturizeSettings)
+    retrain_grace_seconds: int = Field(
+        default=3600,
+        ge=0,
+        le=30 * 86400,
+        description="after a roll, how long a model trained before it is still served",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StreamCreate:

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.context import AppContext
 from service.core.noise import sample_noise
 from service.errors import NotFound
+from service.models import service as models
 from service.streams import repository
 from service.streams import service as streams
 from service.streams.runtime import StreamRuntime
@@ -211,7 +212,15 @@ async def roll(
                 stream.epoch = target
                 stream.epoch_started_at = now
                 stream.roll_target = None
+                # in the same transaction: a crash cannot lose the retrain events
+                events = await models.record_roll(
+                    session=session, stream=stream, epoch=target, now=now
+                )
+            else:
+                events = []
         mark("committed")
+        ctx.caches.pop("model_status", None)  # other processes see it within a second
+        models.dispatch(ctx, events)
         await expire(ctx=ctx, rt=rt, epoch=target, now=now)
         mark("expired")
         return target

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query
+from fastapi.responses import StreamingResponse
+
+from service.deps import CtxDep, ModelKey, SessionDep
+from service.errors import Conflict, NotFound, ValidationError, error_responses
+from service.models import service
+from service.models.schemas import ModelCreate, ModelCreated, ModelOut, TrainedIn
+from service.streams.router import StreamPath
+
+router = APIRouter(prefix="/v1/streams", tags=["models"])
+ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")
+
+
+@router.post(
+    "/{stream}/models",
+    status_code=201,
+    response_model=ModelCreated,
+    responses=error_responses(NotFound, Conflict, ValidationError),
+)
+async def register(
+    body: ModelCreate, session: SessionDep, _: ModelKey, stream: str = StreamPath
+) -> ModelCreated:
+    return await service.create(session=session, name=stream, model_in=body)
+
+
+@router.get(
+    "/{stream}/models/{model_id}", response_model=ModelOut, responses=error_responses(NotFound)
+)
+async def status(
+    session: SessionDep, _: ModelKey, stream: str = StreamPath, model_id: str = ModelPath
+) -> ModelOut:
+    return await service.get(session=session, name=stream, model_id=model_id)
+
+
+@router.post(
+    "/{stream}/models/{model_id}/trained",
+    response_model=ModelOut,
+    responses=error_responses(NotFound, ValidationError),
+)
+async def trained(
+    body: TrainedIn,
+    ctx: CtxDep,
+    session: SessionDep,
+    _: ModelKey,
+    stream: str = StreamPath,
+    model_id: str = ModelPath,
+) -> ModelOut:
+    return await service.report_trained(
+        ctx=ctx, session=session, name=stream, model_id=model_id, epoch=body.epoch
+    )
+
+
+@router.get(
+    "/{stream}/events",
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "server-sent events: roll, retrain_required",
+        },
+        **error_responses(NotFound),
+    },
+)
+async def events(
+    ctx: CtxDep,
+    _: ModelKey,
+    stream: str = StreamPath,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    after: int | None = Query(default=None, ge=0, description="instead of Last-Event-ID"),
+    follow_seconds: float = Query(
+        default=300, ge=0, le=3600, description="how long to wait for new events; 0: backlog"
+    ),
+) -> StreamingResponse:
+    start = (
+        after
+        if after is not None
+        else int(last_event_id)
+        if (last_event_id and last_event_id.isdigit())
+        else 0
+    )
+    body = await service.events(ctx=ctx, name=stream, after=start, follow_seconds=follow_seconds)
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
