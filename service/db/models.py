@@ -13,6 +13,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -161,3 +162,25 @@ class WebhookDelivery(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)
     error: Mapped[str | None] = mapped_column(String(200), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReferenceModel(Base):
+    """The stream's reference LightGBM model of one epoch (trained by the worker) and, once
+    the epoch is over, its quality on the observations that arrived during it."""
+
+    __tablename__ = "reference_model"
+    __table_args__ = (UniqueConstraint("stream_id", "epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str | None] = mapped_column(Text, default=None)  # LightGBM model string
+    columns: Mapped[list[str]] = mapped_column(JSON)
+    train_rows: Mapped[int] = mapped_column(Integer)
+    train_label_rates: Mapped[list[float]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    eval_rows: Mapped[int | None] = mapped_column(Integer, default=None)
+    log_loss: Mapped[float | None] = mapped_column(default=None)
+    auc: Mapped[float | None] = mapped_column(default=None)
+    prior_log_loss: Mapped[float | None] = mapped_column(default=None)
+    evaluated_at: Mapped[datetime | None] = mapped_column(default=None)

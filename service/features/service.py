@@ -143,7 +143,7 @@ def _schema(fz: Featurizer) -> pa.Schema:
     return pa.schema(fields, metadata={"selectivity.epoch": str(fz.epoch)})
 
 
-async def _chunks(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
+async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
     """The hot period of the served epoch, read in chunks up to a snapshot of each window's
     last entry, featurized chunk by chunk (never built whole in memory)."""
     store = store_of(ctx)
@@ -183,7 +183,7 @@ async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, Asy
         buf = io.BytesIO()
         writer: pa.ipc.RecordBatchStreamWriter | pq.ParquetWriter
         writer = pa.ipc.new_stream(buf, schema) if fmt == "arrow" else pq.ParquetWriter(buf, schema)
-        async for batch in _chunks(ctx, fz):
+        async for batch in train_batches(ctx, fz):
             if fmt == "arrow":
                 writer.write_batch(batch)
             else:
@@ -194,7 +194,7 @@ async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, Asy
 
     async def ndjson() -> AsyncIterator[bytes]:
         names = schema.names
-        async for batch in _chunks(ctx, fz):
+        async for batch in train_batches(ctx, fz):
             cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
             lines = [
                 orjson.dumps(dict(zip(names, vals, strict=True)))

@@ -202,10 +202,7 @@ def dispatch(ctx: AppContext, event_ids: list[int]) -> None:
     exponential backoff, every attempt recorded; never blocks the caller (a roll)."""
     if not event_ids:
         return
-    task = asyncio.create_task(_deliver_all(ctx, event_ids))
-    tasks: set = ctx.caches.setdefault("background", set())
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    ctx.spawn(_deliver_all(ctx, event_ids))
 
 
 async def _deliver_all(ctx: AppContext, event_ids: list[int]) -> None:

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Query
 
 from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
@@ -27,8 +25,5 @@ async def list_windows(
 @router.post("/{stream}/roll", response_model=RollOut, responses=error_responses(NotFound))
 async def roll(ctx: CtxDep, _: AdminKey, stream: str = StreamPath) -> RollOut:
     epoch = await service.roll(ctx=ctx, name=stream)
-    task = asyncio.create_task(service.prepare_next(ctx=ctx, name=stream))
-    tasks: set = ctx.caches.setdefault("background", set())
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    ctx.spawn(service.prepare_next(ctx=ctx, name=stream))
     return RollOut(epoch=epoch)

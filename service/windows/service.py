@@ -221,6 +221,9 @@ async def roll(
         mark("committed")
         ctx.caches.pop("model_status", None)  # other processes see it within a second
         models.dispatch(ctx, events)
+        from service.reference import service as reference  # (it imports this module)
+
+        ctx.spawn(reference.after_roll(ctx=ctx, name=name, epoch=target))
         await expire(ctx=ctx, rt=rt, epoch=target, now=now)
         mark("expired")
         return target

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+
+from service.deps import CtxDep, ModelKey, SessionDep
+from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
+from service.reference import service
+from service.reference.schemas import PredictIn, PredictOut, QualityOut
+from service.streams.router import StreamPath
+
+router = APIRouter(prefix="/v1/streams", tags=["reference model"])
+
+
+@router.post(
+    "/{stream}/predict",
+    response_model=PredictOut,
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
+)
+async def predict(
+    body: PredictIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
+) -> PredictOut:
+    return await service.predict(ctx=ctx, name=stream, rows=list(body.rows))
+
+
+@router.get("/{stream}/quality", response_model=QualityOut, responses=error_responses(NotFound))
+async def quality(
+    session: SessionDep,
+    _: ModelKey,
+    stream: str = StreamPath,
+    limit: int = Query(default=200, ge=1, le=10_000),
+) -> QualityOut:
+    return await service.quality(session=session, name=stream, limit=limit)
