@@ -1,0 +1,134 @@
+"""Privacy accounting of a stream (DESIGN §6): pure functions from stored configuration to
+(ε, δ) and ρ, each with its source.
+
+Per observation:
+* count tables: each window's tables are ε-DP (laplace, b = Δ1/ε) or ρ-zCDP (gaussian,
+  σ = Δ2/sqrt(2ρ)) with respect to one observation; windows hold disjoint observations, so by
+  parallel composition the whole history keeps the per-window guarantee (McSherry 2009, Thm 4).
+* count-table selection: every selection round is ε_sel-DP (exponential mechanism, McSherry &
+  Talwar 2007) and reads the hot period; an observation stays in the hot period for
+  ``hot_windows`` rolls, so it is charged H rounds (sequential composition).
+* the annotation queue linked to the stream, when there is one (none yet).
+Composition: basic (sequential) composition of (ε, δ) (Dwork & Roth 2014, Thm 3.16); when the
+tables are Gaussian, also zCDP composition, converting the pure-ε parts by ρ = ε²/2 (Bun &
+Steinke 2016, Prop 1.4) and the sum back to (ε, δ) by CKS 2020, Cor 13.
+
+Per user (with ``user_key`` and at most c counted observations per user per window): the
+sensitivities already include c, so each window's tables are ε-DP (ρ-zCDP) for a user; a user
+can appear in every window whose tables exist at once — the retention windows plus the hot
+windows — so R + H windows compose sequentially. (DESIGN §4 says R; the H hot windows' tables
+are readable by the same attacker, so they are counted too.) Selection reads at most c·H counted
+observations of a user per round: group privacy (Dwork & Roth 2014, Thm 2.2) multiplies each
+round's ε by c·H.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.core.noise import zcdp_to_approx_dp
+
+SOURCES = {
+    "parallel": "McSherry 2009, Privacy Integrated Queries, Thm 4 (disjoint windows)",
+    "laplace": "discrete Laplace with b = Δ1/ε is ε-DP (Ghosh, Roughgarden & Sundararajan 2009; "
+    "Canonne, Kamath & Steinke 2020)",
+    "gaussian": "discrete Gaussian with σ = Δ2/sqrt(2ρ) is ρ-zCDP (Canonne, Kamath & Steinke "
+    "2020, Thm 4)",
+    "zcdp_to_dp": "Canonne, Kamath & Steinke 2020, Cor 13",
+    "exponential": "exponential mechanism / report-noisy-max with Gumbel noise (McSherry & "
+    "Talwar 2007; Durfee & Rogers 2019)",
+    "basic": "basic sequential composition (Dwork & Roth 2014, Thm 3.16)",
+    "zcdp": "zCDP composition; pure ε-DP is ε²/2-zCDP (Bun & Steinke 2016, Prop 1.4 and Lemma 2.3)",
+    "group": "group privacy (Dwork & Roth 2014, Thm 2.2)",
+}
+
+
+@dataclass
+class Part:
+    name: str
+    epsilon: float
+    delta: float = 0.0
+    rho: float | None = None  # set when the part is ρ-zCDP (pure parts: ε²/2)
+    parameters: dict[str, float | int | str | None] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass
+class Guarantee:
+    unit: str
+    parts: list[Part]
+    epsilon: float
+    delta: float
+    rho: float | None
+    composition: str
+
+
+def compose(parts: list[Part], *, delta: float, unit: str) -> Guarantee:
+    """Basic composition of the parts; if any part is zCDP, also zCDP composition (taking the
+    tighter of the two ε at the same δ)."""
+    eps = sum(p.epsilon for p in parts)
+    dlt = sum(p.delta for p in parts)
+    if any(p.rho is not None and p.delta > 0 for p in parts):
+        rho = sum(p.rho if p.rho is not None else p.epsilon**2 / 2 for p in parts)
+        eps_z = zcdp_to_approx_dp(rho=rho, delta=delta) if rho > 0 else 0.0
+        if eps_z <= eps or dlt > delta:
+            return Guarantee(unit, parts, eps_z, delta, rho, SOURCES["zcdp"])
+        return Guarantee(unit, parts, eps, dlt, rho, SOURCES["basic"])
+    return Guarantee(unit, parts, eps, dlt, None, SOURCES["basic"])
+
+
+def table_part(
+    *,
+    mechanism: str,
+    epsilon: float | None,
+    rho: float | None,
+    delta: float,
+    windows: int,
+    parameters: dict,
+) -> Part:
+    """``windows`` windows of tables composing sequentially (1 per observation; R + H per
+    user)."""
+    if mechanism == "laplace":
+        assert epsilon is not None
+        return Part(
+            "count_tables",
+            windows * epsilon,
+            0.0,
+            windows * epsilon**2 / 2,
+            {**parameters, "windows_composed": windows},
+            SOURCES["laplace"] + "; " + (SOURCES["parallel"] if windows == 1 else SOURCES["basic"]),
+        )
+    if mechanism == "gaussian":
+        assert rho is not None
+        total = windows * rho
+        return Part(
+            "count_tables",
+            zcdp_to_approx_dp(rho=total, delta=delta),
+            delta,
+            total,
+            {**parameters, "windows_composed": windows},
+            SOURCES["gaussian"] + "; as (ε, δ) by " + SOURCES["zcdp_to_dp"],
+        )
+    return Part(
+        "count_tables",
+        float("inf"),
+        0.0,
+        None,
+        {**parameters},
+        "mechanism 'none': no noise, no guarantee",
+    )
+
+
+def selection_part(*, epsilon_selection: float, rounds: int, group: int = 1) -> Part:
+    eps = epsilon_selection * rounds * group
+    return Part(
+        "table_selection",
+        eps,
+        0.0,
+        rounds * (epsilon_selection * group) ** 2 / 2,
+        {"epsilon_per_round": epsilon_selection, "rounds": rounds, "group_size": group},
+        SOURCES["exponential"]
+        + "; "
+        + SOURCES["basic"]
+        + ("; " + SOURCES["group"] if group > 1 else ""),
+    )
