@@ -1,0 +1,509 @@
+"""Differentially private count-table selection (DESIGN §5): pure numpy, no I/O.
+
+On each roll a worker scores candidate feature groups on the hot-period data and picks up to
+``groups_per_round`` of them with the exponential mechanism; the picked groups get count tables
+from the next window on.
+
+Scores
+------
+``Î(X; Y)`` is the empirical (plug-in) mutual information, in NATS, of the contingency table of
+``n`` records with joint counts ``c_xy``, margins ``a_x``, ``b_y``:
+
+    Î = Σ_{x,y: c_xy>0} (c_xy/n) · log(n·c_xy / (a_x·b_y)),      0 <= Î <= log min(L, n),
+
+L the number of labels.  A candidate group ``G`` extends an existing table ``t`` by one feature
+(``G = t ∪ {f}``, ``f ∉ t``; groups are sorted tuples; a group that already has a table is not a
+candidate).  Its score is the marginal gain over the most informative existing table it extends:
+
+    gain(G) = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y) = min_t [Î(t ∪ {f}; Y) − Î(t; Y)],
+
+bases(G) = the existing tables ``G`` minus one feature.  Each bracket is in ``[0, log min(L, n)]``
+(``G``'s cells refine ``t``'s: data processing), and so is the minimum.
+
+Sensitivity of empirical MI (derived here; add/remove-one neighbours)
+-------------------------------------------------------------------------
+Let ``φ(m) = (m+1)·log(m+1) − m·log(m)`` (``φ(0) = 0``): increasing, concave, and
+``φ(m)/(m+1) = h(1/(m+1))``, the binary entropy in nats.  Concavity with ``φ(0) = 0`` gives
+``φ(p+q) − φ(p) <= φ(q)``, increments over a window of fixed length shrink as it moves right,
+and for integers ``p+q <= m``: ``φ(p) + φ(q) − φ(m) <= B(m) := φ(⌊m/2⌋) + φ(⌈m/2⌉) − φ(m)``.
+
+Write ``S = n·H = n·log n − Σ_cells c·log c`` for a count vector.  Adding one record to a cell
+holding ``c`` of ``m`` records changes ``S`` by ``φ(m) − φ(c)``.  Let ``D`` have ``m`` records
+and ``D' = D + (x, y)``, with counts in ``D``: ``a = #x``, ``b = #y``, ``c = #(x, y)``.  Since
+``m·Î = S_X + S_Y − S_XY``,
+
+    (m+1)·Î(D') − m·Î(D) = Δ := φ(m) − φ(a) − φ(b) + φ(c),
+    Î(D') − Î(D) = (Δ − Î(D)) / (m+1).
+
+* ``Δ <= φ(m)`` (``c <= a`` so ``φ(a) >= φ(c)``; ``φ(b) >= 0``), and ``Î(D) >= 0``:
+  ``Î(D') − Î(D) <= φ(m)/(m+1)``.
+* ``−Δ = [φ(a) − φ(c)] + φ(b) − φ(m) <= φ(a−c) + φ(b) − φ(m) <= B(m)`` since the ``a−c``
+  records with ``x`` but not ``y`` and the ``b`` with ``y`` are disjoint (``a−c+b <= m``); and
+  ``Î(D) <= H(Y_D) <= log min(L, m)``: ``Î(D) − Î(D') <= (B(m) + log min(L, m))/(m+1)``.
+
+Hence for every such pair (``D`` of ``m`` records, ``D'`` of ``m+1``)
+
+    |Î(D') − Î(D)| <= g(m) := max(φ(m), B(m) + log min(L, m)) / (m+1),    g(0) = 0,
+
+whatever the feature alphabet.  The first term is ATTAINED: ``m`` records ``(x0, y0)`` plus one
+``(x1, y1)`` move Î from 0 to ``h(1/(m+1))``; for ``L <= 3`` it is the larger term for every m,
+so ``g`` is then exactly the worst case (the brute-force test finds ratio bound / worst case =
+1).  For L >= 4 the second term takes over from m = 4 on and is loose by at most
+``(log L − log 4 + O(1/m))/(m+1)``.  Asymptotically ``g(m) ≈ (log m + 1)/m`` for small L,
+half the ``(2/n)·log n`` bound usually quoted for information gain.  A dataset of ``n`` records
+has neighbours of ``n − 1`` and ``n + 1`` records, so :func:`mi_sensitivity` is
+``max(g(n−1), g(n))``; it is non-increasing in ``n >= 1`` (tested), so a public LOWER BOUND on
+the record count may be passed instead of the count itself.
+
+Gain: with base cells ``x2`` refined into ``x1`` and counts in ``D`` of ``a2 = #x2``,
+``a1 = #x1``, ``c2 = #(x2, y)``, ``c1 = #(x1, y)``, the ``φ(m)`` and ``φ(b)`` terms cancel:
+
+    (m+1)·gain(D') − m·gain(D) = Δ_g := [φ(a2) − φ(a1)] − [φ(c2) − φ(c1)],
+
+with ``c1 <= c2``, ``c1 <= a1 <= a2 <= m`` and ``d := c2 − c1 <= a2 − a1``.  Then
+``Δ_g <= φ(a2 − a1) <= φ(m)``, and ``−Δ_g <= φ(d) − [φ(m) − φ(m − d)] <= B(m)``, while
+``0 <= gain(D) <= log min(L, m)``: exactly the two cases above, so the gain obeys the SAME bound
+``g(m)`` (no factor 2 for a difference of two MIs), also attained (``m`` records
+``(x2, f0, y0)`` plus ``(x2, f1, y1)``).  A minimum over bases keeps the bound
+(``|min u − min u'| <= max |u − u'|``), and so does clipping at 0.
+
+Selection (exponential mechanism, Gumbel report-noisy-max)
+----------------------------------------------------------
+The exponential mechanism (McSherry & Talwar, FOCS 2007) with score sensitivity ``Δ`` picks ``i``
+with probability ``∝ exp(ε·u_i / (2Δ))``, ε-DP; the factor 2 is needed because gains are not
+monotone (one record moves some gains up, others down).  By the Gumbel-max trick,
+``argmax_i(u_i + β·G_i)`` with i.i.d. standard Gumbel ``G_i`` picks ``i`` with probability
+``softmax(u/β)_i``; so ``β = 2Δ/ε``.  For ``k`` picks we take the top ``k`` of ``u_i + β·G_i`` in
+ONE shot with ``β = 2kΔ/ε``: this has exactly the distribution of ``k`` successive exponential
+mechanisms without replacement ("peeling"), each ``(ε/k)``-DP (Durfee & Rogers, "Practical
+differentially private top-k selection with pay-what-you-get composition", NeurIPS 2019), hence
+ε-DP for the round by basic composition.  (Durfee & Rogers and the bounded-range analysis of Dong,
+Durfee & Rogers 2020 give tighter approximate-DP accounting; we keep pure ε for a simple ledger.)
+
+What is private
+---------------
+Only the picked GROUPS (and their order) are ε-DP outputs.  A :class:`Candidate`'s ``base`` and
+``feature`` are chosen without looking at data (the first base in sorted order), but its
+``gain`` is the EXACT score on hot data: it must never be stored, logged or returned by an API.
+The sensitivity is calibrated to ``n``, the number of hot-period records, which is thereby
+treated as public unless a public lower bound (``min_records``) is used instead.
+Floating-point caveat: Gumbel noise is a float64 transform of 52 uniform CSPRNG bits, not an
+exact sampler; the tiny deviation from the ideal mechanism is not accounted for (Ilvento, CCS
+2020, "Implementing the exponential mechanism with base-2 differential privacy", gives an exact
+alternative).
+
+Randomness
+----------
+``gumbel(size)`` is injected; the default :func:`csprng_gumbel` reads ``os.urandom`` only, never
+a seeded or global PRNG.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "Candidate",
+    "csprng_gumbel",
+    "empirical_mi",
+    "gain_sensitivity",
+    "group_codes",
+    "mi_sensitivity",
+    "score_candidates",
+    "select",
+    "select_round",
+]
+
+Int64Array = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+GumbelSource = Callable[[int], NDArray[np.floating]]
+
+_UNIFORM_BITS = 52  # (k + 0.5) / 2**52 is exact in float64 and lies in [2**-53, 1 - 2**-53]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate group: ``group = sorted(base + (feature,))``, scored by ``gain`` (nats).
+
+    ``gain`` is the exact score on hot data, NOT a private output (see the module docstring).
+    """
+
+    base: tuple[str, ...]
+    feature: str
+    group: tuple[str, ...]
+    gain: float
+
+    def __post_init__(self) -> None:
+        if self.feature in self.base:
+            raise ValueError(f"feature must not be in base, got {self.feature=} {self.base=}")
+        if self.group != tuple(sorted((*self.base, self.feature))):
+            raise ValueError(
+                f"group must be sorted(base + (feature,)), got {self.group=} for "
+                f"{self.base=} {self.feature=}"
+            )
+        if not math.isfinite(self.gain):
+            raise ValueError(f"gain must be finite, got {self.gain=}")
+
+
+# ----------------------------------------------------------------------------------------------
+# validation helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
+    return int(value)
+
+
+def _check_epsilon(epsilon: object) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"epsilon must be a real number, got {epsilon!r}")
+    eps = float(epsilon)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"epsilon must be finite and >= 0, got {epsilon=}")
+    return eps
+
+
+def _int_vector(name: str, values: object, n: int | None = None) -> Int64Array:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if n is not None and arr.size != n:
+        raise ValueError(f"{name} must have {n} entries (one per record), got {arr.size}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has values above the int64 range")
+    return arr.astype(np.int64, copy=False)
+
+
+def _labels(labels: object, n_labels: int) -> Int64Array:
+    y = _int_vector("labels", labels)
+    if y.size and (int(y.min()) < 0 or int(y.max()) >= n_labels):
+        raise ValueError(
+            f"labels must lie in [0, n_labels) = [0, {n_labels}), "
+            f"got min {int(y.min())}, max {int(y.max())}"
+        )
+    return y
+
+
+def _dense(codes: Int64Array) -> tuple[Int64Array, int]:
+    """Relabel codes to 0..K-1 (order-preserving), K = number of distinct codes."""
+    if codes.size == 0:
+        return codes.astype(np.int64), 0
+    lo, hi = int(codes.min()), int(codes.max())
+    span = hi - lo + 1
+    if span <= 4 * codes.size + 1024:  # cheap table lookup instead of a sort
+        shifted = codes - lo
+        present = np.bincount(shifted, minlength=span) > 0
+        remap = np.cumsum(present, dtype=np.int64) - 1
+        return remap[shifted], int(present.sum())
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), int(uniq.size)
+
+
+def _combine(a: Int64Array, k_a: int, b: Int64Array, k_b: int) -> tuple[Int64Array, int]:
+    """Joint dense codes of two dense code vectors (k_a * k_b <= n**2 fits int64 for n < 3e9)."""
+    return _dense(a * k_b + b)
+
+
+def _mi_dense(codes: Int64Array, n_codes: int, labels: Int64Array, n_labels: int) -> float:
+    """Plug-in MI in nats of dense codes in [0, n_codes) against labels in [0, n_labels)."""
+    n = labels.size
+    if n == 0:
+        return 0.0
+    cells = codes * n_labels + labels
+    if n_codes * n_labels <= 4 * n + 1024:
+        table = np.bincount(cells, minlength=n_codes * n_labels)
+        occupied = np.flatnonzero(table)
+        counts = table[occupied]
+    else:
+        occupied, counts = np.unique(cells, return_counts=True)
+    a = np.bincount(codes, minlength=n_codes)[occupied // n_labels]
+    b = np.bincount(labels, minlength=n_labels)[occupied % n_labels]
+    c = counts.astype(np.float64)
+    terms = c * (np.log(c) + math.log(n) - np.log(a.astype(np.float64)) - np.log(b))
+    return max(0.0, float(terms.sum()) / n)  # >= 0 exactly; the clip only removes rounding
+
+
+# ----------------------------------------------------------------------------------------------
+# empirical mutual information and its sensitivity
+# ----------------------------------------------------------------------------------------------
+
+
+def group_codes(columns: Sequence[np.ndarray]) -> Int64Array:
+    """Joint codes of integer-coded feature columns: equal rows <=> equal codes.
+
+    Returns int64 codes in ``[0, K)``, K the number of distinct rows, ordered like the rows'
+    lexicographic order; equivalent to ``np.unique(np.stack(columns, 1), axis=0,
+    return_inverse=True)[1]`` but built column by column (mixed radix, re-densified).
+    """
+    if len(columns) == 0:
+        raise ValueError("group_codes needs at least one column")
+    first = _int_vector("columns[0]", columns[0])
+    codes, k = _dense(first)
+    for i, column in enumerate(columns[1:], start=1):
+        col, k_col = _dense(_int_vector(f"columns[{i}]", column, first.size))
+        codes, k = _combine(codes, k, col, k_col)
+    return codes
+
+
+def empirical_mi(codes: np.ndarray, labels: np.ndarray, *, n_labels: int) -> float:
+    """Plug-in mutual information ``Î(X; Y)`` in nats.
+
+    ``Î = Σ_{x,y} (c_xy/n) log(n c_xy / (a_x b_y)) = H(X) + H(Y) − H(X, Y)`` over the
+    contingency table of ``codes`` (any integers, e.g. :func:`group_codes`) and ``labels`` in
+    ``[0, n_labels)``; 0 for no records.  Always in ``[0, log min(n_labels, n)]``.
+    """
+    n_labels = _check_int("n_labels", n_labels, minimum=1)
+    y = _labels(labels, n_labels)
+    x = _int_vector("codes", codes, y.size)
+    dense, k = _dense(x)
+    return _mi_dense(dense, k, y, n_labels)
+
+
+def _phi(m: int) -> float:
+    """φ(m) = (m+1) log(m+1) − m log m: the growth of n·H when a record joins a cell of m."""
+    return (m + 1) * math.log(m + 1) - (m * math.log(m) if m > 0 else 0.0)
+
+
+def _pair_bound(m: int, n_labels: int) -> float:
+    """g(m): max |Î(D') − Î(D)| over D of m records and D' = D plus one record."""
+    if m == 0:
+        return 0.0  # both datasets have Î = 0
+    half_split = _phi(m // 2) + _phi(m - m // 2) - _phi(m)  # B(m)
+    return max(_phi(m), half_split + math.log(min(n_labels, m))) / (m + 1)
+
+
+def mi_sensitivity(*, n: int, n_labels: int) -> float:
+    """Sensitivity of empirical MI (nats) for a dataset of n records, add/remove-one neighbours.
+
+    ``max(g(n−1), g(n))`` with ``g(m) = max(φ(m), B(m) + log min(L, m)) / (m+1)``,
+    ``φ(m) = (m+1)log(m+1) − m log m``, ``B(m) = φ(⌊m/2⌋) + φ(⌈m/2⌉) − φ(m)``, derived in the
+    module docstring.  For ``L <= 3`` labels and ``n >= 2`` it equals ``h(1/n)`` (binary entropy,
+    nats), which is attained.  Independent of the feature alphabet; non-increasing in n, so a
+    public lower bound on the record count may be passed as ``n``.
+    """
+    n = _check_int("n", n, minimum=1)
+    n_labels = _check_int("n_labels", n_labels, minimum=1)
+    return max(_pair_bound(n - 1, n_labels), _pair_bound(n, n_labels))
+
+
+def gain_sensitivity(*, n: int, n_labels: int) -> float:
+    """Sensitivity of ``gain = Î(t ∪ {f}; Y) − Î(t; Y)`` (and of its minimum over bases).
+
+    Equal to :func:`mi_sensitivity`, not twice it: in the difference the ``φ(n)`` and label
+    terms cancel and what is left obeys the same two one-sided bounds (module docstring).
+    """
+    return mi_sensitivity(n=n, n_labels=n_labels)
+
+
+# ----------------------------------------------------------------------------------------------
+# candidates
+# ----------------------------------------------------------------------------------------------
+
+
+def _normalise_tables(
+    tables: Sequence[tuple[str, ...]], features: Mapping[str, object]
+) -> list[tuple[str, ...]]:
+    seen: set[tuple[str, ...]] = set()
+    out: list[tuple[str, ...]] = []
+    for table in tables:
+        if isinstance(table, str) or not isinstance(table, tuple) or not table:
+            raise ValueError(
+                f"each table must be a non-empty tuple of feature names, got {table!r}"
+            )
+        group = tuple(sorted(table))
+        if len(set(group)) != len(group):
+            raise ValueError(f"a table names a feature twice: {table!r}")
+        unknown = [f for f in group if f not in features]
+        if unknown:
+            raise ValueError(f"table {table!r} uses features without a column: {unknown}")
+        if group in seen:
+            raise ValueError(f"duplicate table {group!r}")
+        seen.add(group)
+        out.append(group)
+    return out
+
+
+def score_candidates(
+    *,
+    columns: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    n_labels: int,
+    tables: Sequence[tuple[str, ...]],
+) -> list[Candidate]:
+    """Every group that extends an existing table by one feature, with its gain (nats).
+
+    ``columns`` maps feature names to integer-coded columns of the hot-period records,
+    ``tables`` the stream's current tables (single features and selected groups; the prior table
+    is not listed).  Candidates are the groups ``sorted(t + (f,))`` for ``t`` in ``tables``,
+    ``f`` in ``columns`` not in ``t``, that are not tables already, each once, sorted by group.
+    ``gain = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y)`` clipped at 0; ``base`` is the FIRST base in
+    sorted order (data-independent), ``feature`` the one feature of ``group`` not in it.
+    The candidate list depends only on the table and feature names, never on the data.
+    """
+    n_labels = _check_int("n_labels", n_labels, minimum=1)
+    y = _labels(labels, n_labels)
+    for name in columns:
+        if not isinstance(name, str):
+            raise TypeError(f"feature names must be str, got {name!r}")
+    norm = _normalise_tables(tables, columns)
+    existing = set(norm)
+    bases: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for table in norm:
+        for feature in sorted(columns):
+            if feature in table:
+                continue
+            group = tuple(sorted((*table, feature)))
+            if group not in existing:
+                bases.setdefault(group, []).append(table)
+    if not bases:
+        return []
+
+    dense_columns: dict[str, tuple[Int64Array, int]] = {}
+
+    def column(name: str) -> tuple[Int64Array, int]:
+        if name not in dense_columns:
+            dense_columns[name] = _dense(_int_vector(f"columns[{name!r}]", columns[name], y.size))
+        return dense_columns[name]
+
+    table_codes: dict[tuple[str, ...], tuple[Int64Array, int]] = {}
+    table_mi: dict[tuple[str, ...], float] = {}
+    for table in sorted({b for bs in bases.values() for b in bs}):
+        codes, k = column(table[0])
+        for name in table[1:]:
+            codes, k = _combine(codes, k, *column(name))
+        table_codes[table] = (codes, k)
+        table_mi[table] = _mi_dense(codes, k, y, n_labels)
+
+    candidates: list[Candidate] = []
+    for group in sorted(bases):
+        group_bases = sorted(bases[group])
+        base = group_bases[0]
+        (feature,) = set(group) - set(base)
+        codes, k = _combine(*table_codes[base], *column(feature))
+        gain = _mi_dense(codes, k, y, n_labels) - max(table_mi[b] for b in group_bases)
+        candidates.append(Candidate(base=base, feature=feature, group=group, gain=max(0.0, gain)))
+    return candidates
+
+
+# ----------------------------------------------------------------------------------------------
+# the exponential mechanism
+# ----------------------------------------------------------------------------------------------
+
+
+def csprng_gumbel(size: int) -> FloatArray:
+    """``size`` standard Gumbel(0, 1) samples from ``os.urandom``: ``−log(−log(u))``.
+
+    ``u = (k + 0.5) / 2**52`` with ``k`` the top 52 bits of a urandom 64-bit word: exact in
+    float64, uniform on a 2**52-point grid strictly inside (0, 1) (``2**-53 <= u <= 1 − 2**-53``),
+    so both logarithms are finite (the output lies in about [−3.6, 36.7]).
+    """
+    size = _check_int("size", size, minimum=0)
+    words = np.frombuffer(os.urandom(8 * size), dtype="<u8") >> np.uint64(64 - _UNIFORM_BITS)
+    u = (words.astype(np.float64) + 0.5) * 2.0**-_UNIFORM_BITS
+    return -np.log(-np.log(u))
+
+
+def select(
+    *,
+    candidates: Sequence[Candidate],
+    k: int,
+    epsilon: float,
+    sensitivity: float,
+    gumbel: GumbelSource | None = None,
+) -> list[Candidate]:
+    """Up to ``k`` distinct candidates by one-shot Gumbel top-k: ε-DP in total.
+
+    Returns the ``k' = min(k, len(candidates))`` candidates with the largest
+    ``gain_i + β·G_i``, ``β = 2·k'·sensitivity/ε``, ``G_i = gumbel(len(candidates))``
+    (default :func:`csprng_gumbel`), in decreasing order; ties go to the earlier candidate.
+    This is distributed as ``k'`` peeled exponential mechanisms (McSherry & Talwar 2007) with
+    ``ε/k'`` each (Durfee & Rogers 2019), so ε-DP by basic composition when ``sensitivity``
+    bounds every gain's change between neighbours.  ``ε = 0`` or ``k = 0`` picks nothing.
+    """
+    k = _check_int("k", k, minimum=0)
+    eps = _check_epsilon(epsilon)
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, numbers.Real):
+        raise TypeError(f"sensitivity must be a real number, got {sensitivity!r}")
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be finite and > 0, got {sensitivity=}")
+    groups = [c.group for c in candidates]
+    if len(set(groups)) != len(groups):
+        raise ValueError("candidates must have distinct groups")
+    picks = min(k, len(candidates))
+    if eps == 0 or picks == 0:
+        return []
+    draw = csprng_gumbel if gumbel is None else gumbel
+    noise = np.asarray(draw(len(candidates)), dtype=np.float64)
+    if noise.shape != (len(candidates),) or not np.all(np.isfinite(noise)):
+        raise ValueError(
+            f"gumbel({len(candidates)}) must return {len(candidates)} finite values, "
+            f"got shape {noise.shape}"
+        )
+    scale = 2.0 * picks * float(sensitivity) / eps
+    noisy = np.array([c.gain for c in candidates], dtype=np.float64) + scale * noise
+    order = np.argsort(-noisy, kind="stable")[:picks]
+    return [candidates[int(i)] for i in order]
+
+
+def select_round(
+    *,
+    columns: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    n_labels: int,
+    tables: Sequence[tuple[str, ...]],
+    max_tables: int,
+    groups_per_round: int,
+    epsilon: float,
+    gumbel: GumbelSource | None = None,
+    min_records: int | None = None,
+) -> list[Candidate]:
+    """One selection round (DESIGN §5): the new groups to count from the next window on.
+
+    Picks ``k = min(groups_per_round, max_tables − len(tables) − 1)`` (the prior table counts)
+    groups from :func:`score_candidates` with :func:`select` at sensitivity
+    :func:`gain_sensitivity` ``(n, n_labels)``; ε-DP for every hot-period record.  ``n`` is
+    ``len(labels)``, i.e. the hot-period size is treated as public, unless ``min_records``, a
+    public lower bound on it, is given (the bound is non-increasing in n).  Returns ``[]``
+    when there is no room, ``epsilon == 0`` or no candidate.  Only the returned GROUPS are
+    private outputs; ``gain`` is exact and must stay in the worker.
+    """
+    max_tables = _check_int("max_tables", max_tables, minimum=1)
+    groups_per_round = _check_int("groups_per_round", groups_per_round, minimum=0)
+    eps = _check_epsilon(epsilon)
+    n_labels = _check_int("n_labels", n_labels, minimum=1)
+    room = max_tables - len(tables) - 1
+    if room < 0:
+        raise ValueError(
+            f"{len(tables)} tables plus the prior table exceed {max_tables=}; the noise "
+            "calibrated to max_tables would no longer cover them"
+        )
+    y = _labels(labels, n_labels)
+    n = y.size
+    if min_records is not None:
+        min_records = _check_int("min_records", min_records, minimum=1)
+        if min_records > n:
+            raise ValueError(f"min_records={min_records} exceeds the {n} hot-period records")
+        n = min_records
+    picks = min(groups_per_round, room)
+    if eps == 0 or picks == 0:
+        _normalise_tables(tables, columns)  # still reject malformed input
+        return []
+    candidates = score_candidates(columns=columns, labels=y, n_labels=n_labels, tables=tables)
+    # n = 0: all gains are 0 and any positive sensitivity is valid; use the bound at n = 1.
+    sensitivity = gain_sensitivity(n=max(n, 1), n_labels=n_labels)
+    return select(
+        candidates=candidates, k=picks, epsilon=eps, sensitivity=sensitivity, gumbel=gumbel
+    )
