@@ -27,6 +27,7 @@ from service.ingest import router as ingest_router
 from service.models import router as models_router
 from service.privacy import router as privacy_router
 from service.reference import router as reference_router
+from service.selection import router as selection_router
 from service.streams import router as streams_router
 from service.windows import router as windows_router
 
@@ -171,6 +172,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         models_router.router,
         reference_router.router,
         privacy_router.router,
+        selection_router.router,
         admin_router.router,
     ):
         app.include_router(r)

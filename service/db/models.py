@@ -118,6 +118,12 @@ class CountTable(Base):
     reason: Mapped[str] = mapped_column(String(20), default="feature")
     score: Mapped[float | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # for selected groups: the roll that picked it, its rank in that round, the round's budget
+    # and the table it extends (the exact gain is not private and is not stored)
+    selected_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    selection_rank: Mapped[int | None] = mapped_column(Integer, default=None)
+    selection_epsilon: Mapped[float | None] = mapped_column(default=None)
+    extends: Mapped[str | None] = mapped_column(String(600), default=None)
 
 
 class Model(Base):

@@ -30,6 +30,7 @@ class TableRef:
     name: str
     features: tuple[str, ...]
     first_epoch: int
+    reason: str = "feature"
 
 
 @dataclass(frozen=True)

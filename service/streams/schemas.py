@@ -55,7 +55,10 @@ class PrivacyIn(Strict):
     epsilon: float | None = Field(default=None, gt=0, le=100, description="laplace: default 1.0")
     rho: float | None = Field(default=None, gt=0, le=100, description="gaussian: default 0.5")
     delta: float = Field(default=1e-9, gt=0, lt=1, description="δ for reporting ρ-zCDP as (ε, δ)")
-    epsilon_selection: float = Field(default=0.0, ge=0, le=100)
+    epsilon_selection: float = Field(
+        default=0.0, ge=0, le=100, description="budget of each count-table selection round; 0: off"
+    )
+    groups_per_round: int = Field(default=1, ge=1, le=16)
     user_key: str | None = Field(default=None, pattern=FEATURE_PATTERN)
     max_contributions_per_window: int = Field(default=1, ge=1, le=10_000)
 
@@ -140,10 +143,20 @@ class StreamCreate(Strict):
 class TableOut(BaseModel):
     name: str
     features: list[str]
-    first_epoch: int
-    reason: str
-    score: float | None
+    first_epoch: int = Field(description="the first window this table counts in")
+    reason: str = Field(description="'feature' (one per feature) or 'selected' (a group)")
+    score: float | None = Field(description="not released: exact gains are not private")
     created_at: datetime
+    selected_epoch: int | None = None
+    selection_rank: int | None = None
+    selection_epsilon: float | None = None
+    extends: str | None = None
+
+
+class TablesOut(BaseModel):
+    stream: str
+    max_tables: int
+    tables: list[TableOut]
 
 
 class StreamOut(StreamCreate):

@@ -27,7 +27,9 @@ def _runtime(stream: Stream, tables: list[CountTable]) -> StreamRuntime:
         name=stream.name,
         config=StreamCreate.model_validate(stream.config),
         hash_seed=stream.hash_seed,
-        tables=tuple(TableRef(t.id, t.name, tuple(t.features), t.first_epoch) for t in tables),
+        tables=tuple(
+            TableRef(t.id, t.name, tuple(t.features), t.first_epoch, t.reason) for t in tables
+        ),
     )
 
 

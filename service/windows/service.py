@@ -9,6 +9,7 @@ and a roll request that finds an unfinished roll completes that one first.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -26,6 +27,7 @@ from service.windows.schedule import roll_due
 from service.windows.schemas import WindowOut, WindowsOut
 from service.windows.store import Aggregate, WindowStore
 
+log = logging.getLogger("selectivity.windows")
 INT32_MAX = 2**31 - 1
 ROLL_LOCK_SECONDS = 300.0
 
@@ -221,9 +223,7 @@ async def roll(
         mark("committed")
         ctx.caches.pop("model_status", None)  # other processes see it within a second
         models.dispatch(ctx, events)
-        from service.reference import service as reference  # (it imports this module)
-
-        ctx.spawn(reference.after_roll(ctx=ctx, name=name, epoch=target))
+        ctx.spawn(after_roll(ctx=ctx, name=name, epoch=target))
         await expire(ctx=ctx, rt=rt, epoch=target, now=now)
         mark("expired")
         return target
@@ -297,3 +297,16 @@ async def list_windows(
             for w in await repository.windows_of(session, row.id, limit=limit)
         ],
     )
+
+
+async def after_roll(*, ctx: AppContext, name: str, epoch: int) -> None:
+    """Background work of a roll: the selection round, then the reference model. Failures are
+    logged, never raised into the roll."""
+    from service.reference import service as reference  # (both import this module)
+    from service.selection import service as selection
+
+    try:
+        await selection.select_tables(ctx=ctx, name=name, epoch=epoch)
+    except Exception as exc:
+        log.error("selection of %s at epoch %d failed: %s", name, epoch, type(exc).__name__)
+    await reference.after_roll(ctx=ctx, name=name, epoch=epoch)
