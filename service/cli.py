@@ -129,7 +129,7 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
         )
 
 
-BENCHES = ("accuracy", "speed", "roll")  # roll also measures memory per window
+BENCHES = ("accuracy", "speed", "roll", "selection")  # roll also measures memory per window
 
 
 def cmd_bench(args: argparse.Namespace) -> None:

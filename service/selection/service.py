@@ -34,12 +34,12 @@ READ_CHUNK = 5000
 async def _hot_matrix(
     ctx: AppContext, rt: StreamRuntime, epoch: int
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Integer codes of every feature and the label indices of the closed hot windows."""
+    """Integer codes of every feature and the label indices of the hot period that just ended
+    (windows epoch − H … epoch − 1, all closed now): an observation is read by H rounds."""
     store = store_of(ctx)
-    lo, hi = rt.hot_period(epoch)
     feats: list[dict] = []
     labels: list[int] = []
-    for w in range(max(lo, 1), hi):  # the open window ``epoch`` is empty at its roll
+    for w in range(max(epoch - rt.config.hot_windows, 1), epoch):
         last = await store.hot_last_id(rt.name, w)
         start: bytes | str = "-"
         while last is not None:
