@@ -101,6 +101,124 @@ def table_keys(values: Mapping[str, list[bytes]], features: Sequence[str]) -> li
     return [SEPARATOR.join(parts) for parts in zip(*cols, strict=True)]
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One column's values as codes: ``codes[j]`` (int64) indexes ``keys``, the canonical bytes
+    (``canonical_value``) of row ``j``'s value. Equal values share a code, so each distinct
+    value is canonicalised and hashed once; distinct values may share a canonical key (JSON
+    ``196`` and ``"196"``), which then hash alike. ``values``: the distinct raw values by code
+    (None for a vectorised numeric column, whose codes are its buckets)."""
+
+    codes: np.ndarray
+    keys: list[bytes]
+    values: list[object] | None = None
+
+
+_NUMBER_TYPES = frozenset({int, float, bool, type(None)})
+# Below this many rows, numpy's per-call overhead outweighs a loop over the values.
+VECTORISE_FROM = 64
+
+
+def _distinct_codes(values: Sequence[object], tagged: bool) -> tuple[list[int], list[object]]:
+    """First-seen codes of ``values`` by Python equality; ``tagged`` keeps bools apart from the
+    numbers they equal (True == 1 in a dict, but they canonicalise differently)."""
+    memo: dict[object, int] = {}
+    if tagged:
+        codes = [memo.setdefault((v.__class__ is bool, v), len(memo)) for v in values]
+        return codes, [v for _, v in memo]
+    codes = [memo.setdefault(v, len(memo)) for v in values]
+    return codes, list(memo)
+
+
+def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
+    """Codes and canonical keys of one feature's values (``canonical_value`` of every value,
+    computed once per distinct value; numeric columns bucketised with one ``searchsorted``)."""
+    n = len(values)
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        values = values.tolist()  # iterating a list is much faster than an object array
+    if spec.kind == "numeric" and n >= VECTORISE_FROM:
+        fast = _encode_numeric(values, spec)
+        if fast is not None:
+            return fast
+    try:
+        codes, distinct = _distinct_codes(values, tagged=False)
+        if any(
+            u.__class__ is bool or (u.__class__ in (int, float) and (u == 0 or u == 1))
+            for u in distinct
+        ):  # a bool and the number it equals may have merged: keep them apart
+            codes, distinct = _distinct_codes(values, tagged=True)
+    except TypeError:  # unhashable; validation forbids it, be safe anyway
+        memo: dict[bytes, int] = {}
+        codes = [memo.setdefault(canonical_value(v, spec), len(memo)) for v in values]
+        return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), list(memo), None)
+    keys = [canonical_value(v, spec) for v in distinct]
+    return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys, distinct)
+
+
+def _encode_numeric(values: Sequence[object], spec: FeatureSpec) -> Encoded | None:
+    """Vectorised buckets of a column of numbers and nulls (None when it holds anything else:
+    the caller then canonicalises value by value, exactly)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        x = values.astype(np.float64, copy=False)
+        none = np.zeros(x.shape, dtype=bool)
+    else:
+        if not set(map(type, values)) <= _NUMBER_TYPES:
+            return None
+        try:
+            x = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return None  # e.g. an int beyond float range: canonical_value raises the error
+        if x.ndim != 1:
+            return None
+        nan = np.flatnonzero(np.isnan(x))
+        none = np.zeros(x.shape, dtype=bool)
+        if nan.size:
+            none[nan] = [values[i] is None for i in nan.tolist()]
+    edges = np.asarray(spec.buckets, dtype=np.float64)
+    buckets = np.searchsorted(edges, x, side="right")  # bucket_index; NaN past the last edge
+    buckets[none] = len(edges) + 1
+    # Keep only the buckets that occur (a row of a featurize request hashes one key, not all).
+    used = np.bincount(buckets, minlength=len(edges) + 2) > 0
+    codes = (np.cumsum(used) - 1)[buckets].astype(np.int64)
+    keys = [b"#%d" % i if i <= len(edges) else MISSING for i in np.flatnonzero(used).tolist()]
+    return Encoded(codes, keys, None)
+
+
+def combine_codes(parts: Sequence[Encoded]) -> Encoded:
+    """Codes and keys of a table over several features: a row's key is its features' canonical
+    values joined by ``SEPARATOR`` (as ``table_keys``), one code per distinct combination."""
+    if len(parts) == 1:
+        return parts[0]
+    codes, keys = parts[0].codes, parts[0].keys
+    for part in parts[1:]:
+        m = max(len(part.keys), 1)
+        combined = codes * m + part.codes
+        uniq, inverse = np.unique(combined, return_inverse=True)
+        left, right = np.divmod(uniq, m)
+        keys = [
+            keys[a] + SEPARATOR + part.keys[b]
+            for a, b in zip(left.tolist(), right.tolist(), strict=True)
+        ]
+        codes = inverse.reshape(-1).astype(np.int64, copy=False)
+    return Encoded(codes, keys, None)
+
+
+def passthrough_values(values: Sequence[object]) -> np.ndarray:
+    """Raw values of a passed-through numeric feature, float64: numbers as they are, anything
+    else (missing, booleans, strings) NaN."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        return values.astype(np.float64)
+    if len(values) >= VECTORISE_FROM and set(map(type, values)) <= {int, float, type(None)}:
+        return np.asarray(values, dtype=np.float64).reshape(len(values))
+    return np.array(
+        [
+            float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan  # type: ignore[arg-type]
+            for v in values
+        ],
+        dtype=np.float64,
+    ).reshape(len(values))
+
+
 def prior_probabilities(prior_counts: np.ndarray) -> np.ndarray:
     """Label prior from the noisy prior table, add-one smoothed: (max(c_l,0)+1)/(Σ+L)."""
     c = np.maximum(np.asarray(prior_counts, dtype=np.float64), 0.0)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,10 @@ __all__ = [
     "cell_indices",
     "estimate",
     "estimate_count_min",
+    "estimate_stacked",
+    "grouped_increments",
     "hash_keys",
+    "KeyHasher",
 ]
 
 MAX_WIDTH = 2**24
@@ -174,6 +178,54 @@ def hash_keys(
     return u_buckets[inverse], u_signs[inverse]
 
 
+class KeyHasher:
+    """:func:`hash_keys`' construction for many tables of one stream at once.
+
+    Each table's keyed BLAKE2b state (seed as key, the length-prefixed table name absorbed) is
+    prepared once and copied per key, and the digests of all tables' keys are turned into
+    buckets and signs by one vectorised pass, so hashing a few keys of many tables (one
+    featurize row of a 39-feature stream) costs one digest per key and no per-table numpy work.
+    The output is exactly :func:`hash_keys`' (a test pins it); keys are not deduplicated here:
+    callers pass distinct keys.
+    """
+
+    def __init__(self, *, seed: bytes, spec: SketchSpec) -> None:
+        _check_seed_table(seed, "")
+        self._seed = seed
+        self._spec = spec
+        self._bases: dict[str, Any] = {}
+
+    def _base(self, table: str) -> Any:
+        base = self._bases.get(table)
+        if base is None:
+            _check_seed_table(self._seed, table)
+            base = hashlib.blake2b(key=self._seed, person=_PERSON, digest_size=4 * self._spec.depth)
+            table_bytes = table.encode("utf-8")
+            base.update(len(table_bytes).to_bytes(8, "big") + table_bytes)
+            self._bases[table] = base
+        return base
+
+    def hash_many(
+        self, groups: Sequence[tuple[str, Sequence[bytes]]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(buckets, signs)`` of every key of every ``(table, keys)`` group, the groups one
+        after another: equal to concatenating ``hash_keys(keys, table=table, ...)``."""
+        depth, mask = self._spec.depth, self._spec.width - 1
+        digests = bytearray()
+        for table, keys in groups:
+            base = self._base(table)
+            for key in keys:
+                if not isinstance(key, bytes):
+                    raise ValueError(f"keys must be bytes, got {type(key).__name__}")
+                h = base.copy()
+                h.update(key)
+                digests += h.digest()
+        words = np.frombuffer(bytes(digests), dtype="<u4").reshape(-1, depth)
+        buckets = (words & np.uint32(mask)).astype(np.int64)
+        signs = (1 - 2 * (words >> np.uint32(31)).astype(np.int8)).astype(np.int8)
+        return buckets, signs
+
+
 def _as_int_array(name: str, value: np.ndarray) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind not in "iu":
@@ -247,6 +299,56 @@ def aggregate_increments(
     return sorted_idx[starts][keep].astype(np.int64), deltas[keep]
 
 
+def grouped_increments(
+    labels: np.ndarray, codes: np.ndarray, buckets: np.ndarray, signs: np.ndarray, spec: SketchSpec
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`aggregate_increments` of observations given by key codes: observation ``j`` has
+    label ``labels[j]`` and key ``codes[j]``, whose hashes are ``buckets[codes[j]]`` and
+    ``signs[codes[j]]`` (one row per distinct key, from :func:`hash_keys`).
+
+    Equal to ``aggregate_increments(labels, buckets[codes], signs[codes], spec)`` (sorted unique
+    flat indices, summed nonzero deltas), computed per distinct ``(label, key)`` pair: the
+    observations are only counted, and the hashing and cell arithmetic run once per pair.
+    Several tables are handled in one call by stacking them as extra labels (a spec with
+    ``n_labels = tables * labels`` and label ``t * labels + y``): flat index ``t * cells + i``.
+    """
+    lab = _as_int_array("labels", labels).astype(np.int64, copy=False)
+    code = _as_int_array("codes", codes).astype(np.int64, copy=False)
+    b = _check_buckets(buckets, spec)
+    s = _check_signs(signs, spec, b.shape[0])
+    if lab.shape != code.shape or lab.ndim != 1:
+        raise ValueError(f"labels and codes must be 1-d of one length, got {lab.shape} {code.shape}")
+    if lab.size == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    n_keys = b.shape[0]
+    if code.min() < 0 or code.max() >= n_keys:
+        raise ValueError(f"codes must be in [0, {n_keys})")
+    if lab.min() < 0 or lab.max() >= spec.n_labels:
+        raise ValueError(f"labels must be in [0, n_labels={spec.n_labels})")
+    # Count the observations of each (label, key) pair: one sort of n integers.
+    pairs = np.sort(lab * n_keys + code)
+    starts = np.flatnonzero(np.r_[True, pairs[1:] != pairs[:-1]])
+    counts = np.diff(np.r_[starts, pairs.size])
+    pair_label, pair_key = np.divmod(pairs[starts], n_keys)
+    idx = cell_indices(pair_label, b[pair_key], spec).ravel()
+    deltas = (counts[:, None] * s[pair_key].astype(np.int64)).ravel()
+    # Sum the pairs that share a cell (collisions): sort (cell, delta) packed in one integer
+    # when it fits (np.sort is much faster than a stable argsort), else argsort.
+    bound = int(counts.max())
+    span = 2 * bound + 1
+    if spec.cells * span < 2**62:
+        packed = np.sort(idx * span + (deltas + bound))
+        idx, deltas = np.divmod(packed, span)
+        deltas -= bound
+    else:
+        order = np.argsort(idx, kind="stable")
+        idx, deltas = idx[order], deltas[order]
+    first = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+    summed = np.add.reduceat(deltas, first)
+    keep = summed != 0
+    return idx[first][keep].astype(np.int64, copy=False), summed[keep].astype(np.int64)
+
+
 def _gather(cells: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:
     """``cells[l, i, buckets[j, i]]`` for all j, l, i as int64 of shape ``(n, n_labels, depth)``."""
     c = np.asarray(cells)
@@ -274,6 +376,11 @@ def estimate(
     Unbiased under zero-mean symmetric cell noise (Charikar, Chen & Farach-Colton 2002).
     """
     values = _gather(cells, buckets, spec)
+    return _signed_median(values, signs, spec)
+
+
+def _signed_median(values: np.ndarray, signs: np.ndarray, spec: SketchSpec) -> np.ndarray:
+    """``median_i s_i * values[:, :, i]`` of gathered cells ``(n, n_labels, depth)``."""
     s = _check_signs(signs, spec, values.shape[0]).astype(np.int64)
     values *= s[:, None, :]
     if values.shape[0] == 0:
@@ -283,6 +390,34 @@ def estimate(
     if spec.depth % 2:
         return values[:, :, mid].astype(np.float64)
     return (values[:, :, mid - 1].astype(np.float64) + values[:, :, mid]) / 2.0
+
+
+def estimate_stacked(
+    cells: np.ndarray,
+    offsets: np.ndarray,
+    buckets: np.ndarray,
+    signs: np.ndarray,
+    spec: SketchSpec,
+) -> np.ndarray:
+    """:func:`estimate` for keys of several tables whose aggregates lie one after another in
+    one flat integer array: key ``j`` reads the table that starts at ``cells[offsets[j]]``
+    (each in the ``[label][row][bucket]`` layout of ``spec``). Equal, key by key, to
+    ``estimate(cells[o : o + spec.cells], ...)``, with one gather for all tables.
+    """
+    c = np.asarray(cells)
+    if c.dtype.kind not in "iu" or c.ndim != 1:
+        raise ValueError(f"cells must be a flat integer array, got {c.dtype} {c.shape}")
+    b = _check_buckets(buckets, spec).astype(np.int64, copy=False)
+    off = _as_int_array("offsets", offsets).astype(np.int64, copy=False)
+    if off.shape != (b.shape[0],):
+        raise ValueError(f"offsets must have shape ({b.shape[0]},), got {off.shape}")
+    if off.size and (off.min() < 0 or off.max() + spec.cells > c.size):
+        raise ValueError("offsets must address whole tables inside cells")
+    label_offsets = np.arange(spec.n_labels, dtype=np.int64) * (spec.depth * spec.width)
+    row_offsets = np.arange(spec.depth, dtype=np.int64) * spec.width
+    flat = (off[:, None, None] + label_offsets[None, :, None]) + (row_offsets + b)[:, None, :]
+    values = c.take(flat).astype(np.int64, copy=False)
+    return _signed_median(values, signs, spec)
 
 
 def estimate_count_min(cells: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -18,15 +18,17 @@ import pyarrow.parquet as pq
 
 from service.context import AppContext
 from service.core.featurize import (
+    Encoded,
     assemble,
     backoff_threshold,
     column_names,
+    combine_codes,
     derived_columns,
+    encode_column,
+    passthrough_values,
     prior_probabilities,
-    row_keys,
-    table_keys,
 )
-from service.core.sketch import estimate, hash_keys
+from service.core.sketch import KeyHasher, estimate_stacked
 from service.errors import PayloadTooLarge, Unavailable
 from service.features.validation import check_rows
 from service.streams import service as streams
@@ -37,19 +39,32 @@ from service.windows.store import Aggregate
 TRAINSET_CHUNK = 5000
 
 
+ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
+
+
 @dataclass(frozen=True)
 class Featurizer:
-    """Everything needed to featurize rows at one epoch, in memory."""
+    """Everything needed to featurize rows at one epoch, in memory.
+
+    ``transform`` hashes each distinct value of a batch once per table (``KeyHasher``), reads the
+    count estimates of those distinct keys for all tables with one gather from the aggregate
+    (``estimate_stacked``), derives their columns once, and expands them to the rows with one
+    take per block of rows: per-row work is a dict lookup per value and a copy of the output.
+    """
 
     rt: StreamRuntime
     agg: Aggregate
     columns: list[str]
     prior: np.ndarray
     threshold: float
+    cells: np.ndarray = field(repr=False, compare=False)  # tables one after another, int64
+    offsets: np.ndarray = field(repr=False, compare=False)  # start of each of rt.tables
+    hasher: KeyHasher = field(repr=False, compare=False)
 
     @classmethod
     def build(cls, rt: StreamRuntime, agg: Aggregate) -> Featurizer:
         cfg = rt.config
+        cells, offsets = _stack(rt, agg)
         return cls(
             rt=rt,
             agg=agg,
@@ -61,6 +76,9 @@ class Featurizer:
                 n_labels=len(rt.labels),
                 sigmas=cfg.featurize.backoff_sigmas,
             ),
+            cells=cells,
+            offsets=offsets,
+            hasher=KeyHasher(seed=rt.hash_seed, spec=rt.spec),
         )
 
     @property
@@ -68,26 +86,86 @@ class Featurizer:
         return self.agg.epoch
 
     def transform(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """Rows (feature name → value; missing features are null) → ``(n, len(columns))``."""
         rt = self.rt
-        values = row_keys(rows, rt.features)
-        per_table = []
-        zeros = None
+        names = {f for t in rt.tables for f in t.features} | set(rt.passthrough)
+        columns = {name: [r.get(name) for r in rows] for name in names}
+        return self.transform_columns(columns, len(rows))
+
+    def transform_columns(
+        self, columns: Mapping[str, Sequence[object]], n_rows: int
+    ) -> np.ndarray:
+        """The same from columns (feature name → ``n_rows`` values; an absent name is null)."""
+        rt, spec = self.rt, self.rt.spec
+        missing: list[object] = [None] * n_rows
+
+        def column(name: str) -> Sequence[object]:
+            col = columns.get(name)
+            return missing if col is None else col
+
+        specs = {f.name: f for f in rt.features}
+        encoded: dict[str, Encoded] = {}
+        per_table: list[Encoded] = []
         for t in rt.tables:
-            cells = self.agg.tables.get(t.id)
-            if cells is None:
-                zeros = zeros if zeros is not None else np.zeros(rt.spec.cells, np.int64)
-                cells = zeros
-            buckets, signs = hash_keys(
-                table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
-            )
-            est = estimate(cells, buckets, signs, rt.spec)
-            per_table.append(
-                derived_columns(
-                    est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
-                )
-            )
-        raw = [np.array([_num(r.get(f)) for r in rows], dtype=np.float64) for f in rt.passthrough]
-        return assemble(per_table, raw, len(rows))
+            for f in t.features:
+                if f not in encoded:
+                    encoded[f] = encode_column(column(f), specs[f])
+            per_table.append(combine_codes([encoded[f] for f in t.features]))
+        sizes = np.array([len(e.keys) for e in per_table], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        buckets, signs = self.hasher.hash_many(
+            [(t.name, e.keys) for t, e in zip(rt.tables, per_table, strict=True)]
+        )
+        est = estimate_stacked(self.cells, np.repeat(self.offsets, sizes), buckets, signs, spec)
+        derived = _per_key_block(
+            est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
+        )
+        n_tab, width = len(rt.tables), derived.shape[1]
+        raw = [passthrough_values(column(f)) for f in rt.passthrough]
+        out = np.empty((n_rows, n_tab * width + len(raw)), dtype=np.float64)
+        if n_rows == 0:
+            return out
+        index = np.stack([e.codes for e in per_table], axis=1)  # (n, tables): row → key
+        index += starts
+        for lo in range(0, n_rows, ROW_BLOCK):
+            hi = min(lo + ROW_BLOCK, n_rows)
+            block = derived.take(index[lo:hi].reshape(-1), axis=0)
+            out[lo:hi, : n_tab * width] = block.reshape(hi - lo, n_tab * width)
+        if raw:
+            out[:, n_tab * width :] = np.stack(raw, axis=1)
+        return out
+
+
+def _stack(rt: StreamRuntime, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregate's cells as one flat int64 array and where each of ``rt``'s tables starts;
+    the aggregate's own array when it holds every table (no copy), else a copy with zeros for
+    the tables it lacks (added after its windows)."""
+    cells = getattr(agg, "cells", None)
+    layout = getattr(agg, "layout", None)
+    if cells is not None and layout is not None and cells.dtype == np.int64:
+        where: dict[int, tuple[int, int]] = {}
+        pos = 0
+        for tid, size in layout:
+            where[tid] = (pos, size)
+            pos += size
+        if all(where.get(t.id, (0, -1))[1] == rt.spec.cells for t in rt.tables):
+            return cells, np.array([where[t.id][0] for t in rt.tables], dtype=np.int64)
+    zeros = np.zeros(rt.spec.cells, np.int64)
+    parts = [agg.tables.get(t.id, zeros) for t in rt.tables]
+    offsets = np.arange(len(parts), dtype=np.int64) * rt.spec.cells
+    flat = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    return flat, offsets
+
+
+def _per_key_block(
+    estimates: np.ndarray, *, prior: np.ndarray, alpha: float, threshold: float
+) -> np.ndarray:
+    """One row per key: the table block of ``column_names`` (counts, total, p, log-odds,
+    back-off), from ``derived_columns``."""
+    counts, total, p, logodds, backoff = derived_columns(
+        estimates, prior=prior, alpha=alpha, threshold=threshold
+    )
+    return assemble([(counts, total, p, logodds, backoff)], [], estimates.shape[0])
 
 
 def _num(v: object) -> float:
@@ -95,11 +173,11 @@ def _num(v: object) -> float:
 
 
 async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
-    rt = await streams.runtime(ctx=ctx, name=name)
     store = store_of(ctx)
     served = await store.served(name)
     if served is None:
         raise Unavailable(f"stream {name!r} has no count period yet; retry shortly")
+    rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(served)
     cache: dict[str, Featurizer] = ctx.caches.setdefault("featurizer", {})
     hit = cache.get(name)
     if hit is not None and hit.epoch == served and hit.rt is rt:

@@ -21,13 +21,13 @@ class IngestStore:
         window: int,
         token: str,
         table_ids: list[int],
-        ops: list[list[bytes]],
+        ops: list[bytes],
         rows: list[bytes],
         response: bytes,
         ttl: int,
     ) -> tuple[str, bytes | None]:
-        """ops[i]: flat [#cell, delta, #cell, delta, ...] for table_ids[i]; the prior table's
-        ops come last (ops has one more entry than table_ids)."""
+        """ops[i]: table_ids[i]'s increments, ``#<cell> <delta> ...`` (``service.pack_ops``);
+        the prior table's come last (ops has one more entry than table_ids)."""
         keys = [
             self.k.meta(stream, window),
             self.k.idem(stream, window, token),
@@ -35,11 +35,7 @@ class IngestStore:
         ]
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
-        args: list[bytes | int | str] = [ttl, response, len(ops)]
-        for table_ops in ops:
-            args.append(len(table_ops) // 2)
-            args.extend(table_ops)
-        args.append(len(rows))
+        args: list[bytes | int | str] = [ttl, response, len(ops), *ops, len(rows)]
         args.extend(rows)
         res = await self._ingest(keys=keys, args=args)
         status = res[0].decode() if isinstance(res[0], bytes) else str(res[0])

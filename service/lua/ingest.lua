@@ -3,8 +3,9 @@
 -- (the prior table included; all must exist: a missing table means the window was never
 -- prepared, and BITFIELD would silently create a noise-free table).
 -- ARGV[1] idempotency TTL (s), ARGV[2] response to store, ARGV[3] number of tables T,
--- then for each table: n, followed by n pairs (#cell, delta); then the number of rows R and
--- R raw rows (JSON) for the hot stream.
+-- ARGV[4 .. 3+T] each table's increments as one string '#<cell> <delta> #<cell> <delta> ...'
+-- (summed per cell; the pieces are BITFIELD arguments as they are); then the number of rows R
+-- and R raw rows (JSON) for the hot stream.
 -- Returns {'closed'} | {'dup', stored_response} | {'missing', key} | {'ok'}.
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return {'closed'}
@@ -19,27 +20,27 @@ for t = 1, n_tables do
     return {'missing', KEYS[3 + t]}
   end
 end
-local pos = 4
-local CHUNK = 1000
+local LAST = 2 + 4 * 1000 -- 1000 ops per BITFIELD call: 4002 arguments, within unpack's limit
+local args = {'OVERFLOW', 'SAT'}
 for t = 1, n_tables do
   local key = KEYS[3 + t]
-  local n = tonumber(ARGV[pos])
-  pos = pos + 1
-  local done = 0
-  while done < n do
-    local m = math.min(n - done, CHUNK)
-    local args = {'OVERFLOW', 'SAT'}
-    for _ = 1, m do
-      args[#args + 1] = 'INCRBY'
-      args[#args + 1] = 'i32'
-      args[#args + 1] = ARGV[pos]
-      args[#args + 1] = ARGV[pos + 1]
-      pos = pos + 2
+  local k = 2
+  for cell, delta in string.gmatch(ARGV[3 + t], '(%S+) (%S+)') do
+    args[k + 1] = 'INCRBY'
+    args[k + 2] = 'i32'
+    args[k + 3] = cell
+    args[k + 4] = delta
+    k = k + 4
+    if k == LAST then
+      redis.call('BITFIELD', key, unpack(args, 1, k))
+      k = 2
     end
-    redis.call('BITFIELD', key, unpack(args))
-    done = done + m
+  end
+  if k > 2 then
+    redis.call('BITFIELD', key, unpack(args, 1, k))
   end
 end
+local pos = 4 + n_tables
 local n_rows = tonumber(ARGV[pos])
 pos = pos + 1
 for _ = 1, n_rows do

@@ -110,7 +110,7 @@ async def evaluate(*, ctx: AppContext, name: str, epoch: int) -> ReferenceModel 
     agg = await store_of(ctx).read_agg(name, epoch)
     if agg is None:
         return row
-    fz = features.Featurizer.build(rt, agg)
+    fz = features.Featurizer.build(rt.counted_at(epoch), agg)
     booster = learner.load(row.model) if row.model else None
     ys, probas = [], []
     async for recs in _window_rows(ctx, rt, epoch):

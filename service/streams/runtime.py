@@ -16,7 +16,7 @@ Gaussian: discrete Gaussian with σ = Δ2/sqrt(2ρ) → ρ-zCDP per window (CKS 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from service.core.featurize import FeatureSpec
 from service.core.noise import discrete_gaussian_variance, discrete_laplace_variance
@@ -102,6 +102,20 @@ class StreamRuntime:
     @property
     def feature_names(self) -> set[str]:
         return {f.name for f in self.features}
+
+    def counted_at(self, epoch: int) -> StreamRuntime:
+        """The runtime as featurization at ``epoch`` sees it: only tables with a window in the
+        count period (a selected group joins once its first window is counted; the per-feature
+        tables are always there, all zeros before any window is counted). Memoised, and
+        ``self`` when every table qualifies, so callers can cache by identity."""
+        hi = self.count_period(epoch)[1]
+        visible = tuple(t for t in self.tables if t.reason == "feature" or t.first_epoch <= hi)
+        if len(visible) == len(self.tables):
+            return self
+        memo: dict[int, StreamRuntime] = self.__dict__.setdefault("_counted", {})
+        if hi not in memo:
+            memo[hi] = replace(self, tables=visible)
+        return memo[hi]
 
     def count_period(self, epoch: int) -> tuple[int, int]:
         """Windows [lo, hi] summed for featurization when ``epoch`` is the open window:
