@@ -36,6 +36,10 @@ class Keys:
     def hot(self, s: str, w: int) -> str:
         return f"{self.prefix}:{{{s}:{w}}}:hot"
 
+    def users(self, s: str, w: int) -> str:
+        """Per-user observation counters of a window (keyed hashes of user ids, never raw)."""
+        return f"{self.prefix}:{{{s}:{w}}}:users"
+
     def idem(self, s: str, w: int, token: str) -> str:
         return f"{self.prefix}:{{{s}:{w}}}:idem:{token}"
 

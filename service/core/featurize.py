@@ -71,7 +71,8 @@ def row_keys(
     features: Sequence[FeatureSpec],
 ) -> dict[str, list[bytes]]:
     """Canonical bytes of every feature of every row: {feature name: [bytes per row]}.
-    Each distinct value is canonicalised once."""
+    Each distinct value is canonicalised once (booleans apart from the numbers they equal:
+    True == 1 as a dict key, but they canonicalise differently)."""
     out: dict[str, list[bytes]] = {}
     for spec in features:
         memo: dict[object, bytes] = {}
@@ -80,10 +81,11 @@ def row_keys(
         name = spec.name
         for row in rows:
             v = row.get(name)
+            k = (bool, v) if v.__class__ is bool else v
             try:
-                b = memo[v]
+                b = memo[k]
             except KeyError:
-                b = memo[v] = canonical_value(v, spec)
+                b = memo[k] = canonical_value(v, spec)
             except TypeError:  # unhashable; validation forbids it, be safe anyway
                 b = canonical_value(v, spec)
             append(b)
@@ -142,10 +144,11 @@ def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
             return fast
     try:
         codes, distinct = _distinct_codes(values, tagged=False)
-        if any(
+        if spec.kind != "numeric" and any(
             u.__class__ is bool or (u.__class__ in (int, float) and (u == 0 or u == 1))
             for u in distinct
-        ):  # a bool and the number it equals may have merged: keep them apart
+        ):  # a bool and the number it equals may have merged: keep them apart (a numeric
+            # feature buckets True as 1.0, so there they share a key anyway)
             codes, distinct = _distinct_codes(values, tagged=True)
     except TypeError:  # unhashable; validation forbids it, be safe anyway
         memo: dict[bytes, int] = {}

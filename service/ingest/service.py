@@ -19,6 +19,7 @@ from service.core.featurize import Encoded, combine_codes, encode_column
 from service.core.sketch import KeyHasher, SketchSpec, grouped_increments
 from service.errors import PayloadTooLarge, Unavailable, ValidationError
 from service.features.validation import check_rows
+from service.ingest import users
 from service.ingest.schemas import IngestIn, IngestOut
 from service.ingest.store import IngestStore
 from service.streams import service as streams
@@ -174,6 +175,13 @@ def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
     )
 
 
+def _user_store(ctx: AppContext) -> users.UserBoundStore:
+    st = ctx.caches.get("user_store")
+    if st is None:
+        st = ctx.caches["user_store"] = users.UserBoundStore(ctx.redis, ctx.keys)
+    return st
+
+
 def live_tables(
     rt: StreamRuntime, epoch: int, table_ids: list[int], ops: list
 ) -> tuple[list[int], list]:
@@ -217,16 +225,30 @@ async def ingest(
     for _ in range(MAX_WINDOW_RETRIES):
         out = IngestOut(accepted=len(rows), window=epoch)
         live_ids, live_ops = live_tables(rt, epoch, table_ids, ops)
-        status, stored = await store.apply(
-            stream=name,
-            window=epoch,
-            token=token,
-            table_ids=live_ids,
-            ops=live_ops,
-            rows=rows,
-            response=out.model_dump_json().encode(),
-            ttl=ttl,
-        )
+        if rt.config.privacy.user_key is None:
+            status, stored = await store.apply(
+                stream=name,
+                window=epoch,
+                token=token,
+                table_ids=live_ids,
+                ops=live_ops,
+                rows=rows,
+                response=out.model_dump_json().encode(),
+                ttl=ttl,
+            )
+        else:  # at most c counted observations per user per window, decided one by one
+            status, stored = await _user_store(ctx).apply(
+                stream=name,
+                window=epoch,
+                token=token,
+                table_ids=live_ids,
+                per_obs=users.per_observation_ops(rt, body, live_ids),
+                n_obs=len(rows),
+                max_per_user=rt.config.privacy.max_contributions_per_window,
+                rows=rows,
+                response=out.model_dump_json().encode(),
+                ttl=ttl,
+            )
         if status == "ok":
             epochs[name] = epoch
             return out, False

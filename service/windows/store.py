@@ -147,7 +147,7 @@ class WindowStore:
         )
 
     async def delete_hot(self, s: str, w: int) -> None:
-        await self.r.delete(self.k.hot(s, w))
+        await self.r.delete(self.k.hot(s, w), self.k.users(s, w))
 
     async def delete_meta(self, s: str, w: int) -> None:
         await self.r.delete(self.k.meta(s, w))

@@ -196,6 +196,106 @@ async def test_batch_ops_sum_increments_per_cell(api: Api) -> None:
     _, ops, rows = ingest_service.batch_ops(rt, body)
     assert len(rows) == 2
     for table_ops in ops[:-1]:
-        deltas = [int(d) for d in table_ops[1::2]]
-        assert len(deltas) == rt.spec.depth and all(abs(d) == 2 for d in deltas)
-    assert ops[-1] == [b"#1", b"2"]  # prior table: label "1" twice
+        _, deltas = ingest_service.unpack_ops(table_ops)
+        assert len(deltas) == rt.spec.depth and all(abs(d) == 2 for d in deltas.tolist())
+    assert ops[-1] == ingest_service.pack_ops(np.array([1]), np.array([2]))  # prior: "1" twice
+    cells, deltas = ingest_service.unpack_ops(ops[-1])
+    assert (cells.tolist(), deltas.tolist()) == ([1], [2])
+
+
+async def test_batch_ops_equal_the_per_table_reference(api: Api) -> None:
+    """Increments computed per distinct (label, key) for all tables at once are exactly the
+    per-observation, per-table sums (canonical keys, the pinned hash, aggregate_increments)."""
+    from service.core.featurize import row_keys, table_keys
+    from service.core.sketch import aggregate_increments, hash_keys
+    from service.ingest.schemas import IngestIn
+    from service.streams import service as streams
+
+    name = await _stream(api)
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    rng = np.random.default_rng(11)
+    pool = ["u1", "u2", "196", 196, 196.0, True, 1, False, 0, None, "é"]
+    observations = [
+        obs(
+            pool[int(rng.integers(0, len(pool)))],  # type: ignore[arg-type]
+            pool[int(rng.integers(0, len(pool)))],  # type: ignore[arg-type]
+            float(rng.choice([5, 18, 24.5, 25, 60])),
+            str(rng.integers(0, 2)),
+        )
+        for _ in range(700)
+    ]
+    body = IngestIn.model_validate({"observations": observations})
+    table_ids, ops, rows = ingest_service.batch_ops(rt, body)
+    feats = [o.features for o in body.observations]
+    labels = np.array([rt.label_index[o.label] for o in body.observations])
+    values = row_keys(feats, rt.features)
+    assert table_ids == [t.id for t in rt.tables] and len(ops) == len(table_ids) + 1
+    for t, packed in zip(rt.tables, ops, strict=False):
+        b, s = hash_keys(
+            table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
+        )
+        want_cells, want_deltas = aggregate_increments(labels, b, s, rt.spec)
+        cells, deltas = ingest_service.unpack_ops(packed)
+        assert np.array_equal(cells, want_cells) and np.array_equal(deltas, want_deltas)
+        assert packed == b" ".join(
+            b"#%d %d" % (c, d) for c, d in zip(want_cells.tolist(), want_deltas.tolist())
+        )
+    prior_cells, prior_deltas = ingest_service.unpack_ops(ops[-1])
+    assert prior_deltas.tolist() == np.bincount(labels)[prior_cells].tolist()
+    assert len(rows) == 700
+
+
+def test_pack_ops_is_the_decimal_bitfield_arguments() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        m = int(rng.integers(1, 40))
+        cells = rng.integers(0, 2**27, m)
+        deltas = rng.integers(-(10**6), 10**6, m)
+        cells[0], deltas[-1] = 0, -1
+        packed = ingest_service.pack_ops(cells, deltas)
+        assert packed == b" ".join(
+            b"#%d %d" % (c, d) for c, d in zip(cells.tolist(), deltas.tolist())
+        )
+        back = ingest_service.unpack_ops(packed)
+        assert np.array_equal(back[0], cells) and np.array_equal(back[1], deltas)
+        bounds = np.r_[0, np.sort(rng.integers(0, m + 1, 3)), m]
+        parts = ingest_service.pack_ops_split(cells, deltas, bounds)
+        assert parts == [
+            ingest_service.pack_ops(cells[lo:hi], deltas[lo:hi])
+            for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+        ]
+    assert ingest_service.pack_ops(np.array([], int), np.array([], int)) == b""
+
+
+async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
+    """The script turns the packed ops into BITFIELD calls (over 1000 ops per table here, so in
+    several calls): the window's cells are the reference increments (no noise: zeros + ops)."""
+    from service.core.featurize import row_keys, table_keys
+    from service.core.sketch import aggregate_increments, hash_keys
+    from service.ingest.schemas import IngestIn
+    from service.streams import service as streams
+
+    name = await _stream(api)
+    observations = [obs(f"user{i}", f"item{i % 97}", 20 + i % 50, str(i % 2)) for i in range(900)]
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": observations}
+    )
+    assert r.status_code == 202, r.text
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    body = IngestIn.model_validate({"observations": observations})
+    feats = [o.features for o in body.observations]
+    labels = np.array([rt.label_index[o.label] for o in body.observations])
+    values = row_keys(feats, rt.features)
+    cells = await window_cells(api.ctx, name, 1)
+    n_ops = 0
+    for t in rt.tables:
+        b, s = hash_keys(
+            table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
+        )
+        idx, deltas = aggregate_increments(labels, b, s, rt.spec)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        n_ops = max(n_ops, idx.size)
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    assert n_ops > 1000  # the user table needed more than one BITFIELD call
+    assert prior_of(cells["_prior"]).tolist() == [450, 450]
