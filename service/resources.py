@@ -37,8 +37,25 @@ class EmbeddedRedis:
         return Redis(unix_socket_path=self.socket)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # already gone
-            self._server.shutdown(save=False, now=True)
+        """Stop the server and wait for it to exit (the AOF is fsynced on shutdown)."""
+        pid = int(self._server.pid or 0)
+        with contextlib.suppress(Exception):  # already gone; the connection drops on success
+            self._server.execute_command("SHUTDOWN", "NOSAVE")
+        if pid:
+            _wait_or_kill(pid)
+
+
+def _wait_or_kill(pid: int, timeout: float = 10.0) -> None:
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        process.wait(timeout=timeout)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.TimeoutExpired:
+        log.warning("embedded redis-server %d did not stop; killing it", pid)
+        process.kill()
 
 
 def redis_client(url: str) -> Redis:
