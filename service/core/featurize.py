@@ -108,12 +108,10 @@ class Encoded:
     """One column's values as codes: ``codes[j]`` (int64) indexes ``keys``, the canonical bytes
     (``canonical_value``) of row ``j``'s value. Equal values share a code, so each distinct
     value is canonicalised and hashed once; distinct values may share a canonical key (JSON
-    ``196`` and ``"196"``), which then hash alike. ``values``: the distinct raw values by code
-    (None for a vectorised numeric column, whose codes are its buckets)."""
+    ``196`` and ``"196"``), which then hash alike."""
 
     codes: np.ndarray
     keys: list[bytes]
-    values: list[object] | None = None
 
 
 _NUMBER_TYPES = frozenset({int, float, bool, type(None)})
@@ -124,10 +122,11 @@ VECTORISE_FROM = 64
 def _distinct_codes(values: Sequence[object], tagged: bool) -> tuple[list[int], list[object]]:
     """First-seen codes of ``values`` by Python equality; ``tagged`` keeps bools apart from the
     numbers they equal (True == 1 in a dict, but they canonicalise differently)."""
-    memo: dict[object, int] = {}
     if tagged:
-        codes = [memo.setdefault((v.__class__ is bool, v), len(memo)) for v in values]
-        return codes, [v for _, v in memo]
+        pairs: dict[tuple[bool, object], int] = {}
+        codes = [pairs.setdefault((v.__class__ is bool, v), len(pairs)) for v in values]
+        return codes, [v for _, v in pairs]
+    memo: dict[object, int] = {}
     codes = [memo.setdefault(v, len(memo)) for v in values]
     return codes, list(memo)
 
@@ -144,6 +143,9 @@ def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
             return fast
     try:
         codes, distinct = _distinct_codes(values, tagged=False)
+        if spec.kind != "numeric" and all(u.__class__ is str for u in distinct):
+            keys = [u.encode() for u in distinct]  # type: ignore[attr-defined]  # all str
+            return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys)
         if spec.kind != "numeric" and any(
             u.__class__ is bool or (u.__class__ in (int, float) and (u == 0 or u == 1))
             for u in distinct
@@ -153,9 +155,9 @@ def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
     except TypeError:  # unhashable; validation forbids it, be safe anyway
         memo: dict[bytes, int] = {}
         codes = [memo.setdefault(canonical_value(v, spec), len(memo)) for v in values]
-        return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), list(memo), None)
+        return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), list(memo))
     keys = [canonical_value(v, spec) for v in distinct]
-    return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys, distinct)
+    return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys)
 
 
 def _encode_numeric(values: Sequence[object], spec: FeatureSpec) -> Encoded | None:
@@ -184,7 +186,7 @@ def _encode_numeric(values: Sequence[object], spec: FeatureSpec) -> Encoded | No
     used = np.bincount(buckets, minlength=len(edges) + 2) > 0
     codes = (np.cumsum(used) - 1)[buckets].astype(np.int64)
     keys = [b"#%d" % i if i <= len(edges) else MISSING for i in np.flatnonzero(used).tolist()]
-    return Encoded(codes, keys, None)
+    return Encoded(codes, keys)
 
 
 def combine_codes(parts: Sequence[Encoded]) -> Encoded:
@@ -203,7 +205,7 @@ def combine_codes(parts: Sequence[Encoded]) -> Encoded:
             for a, b in zip(left.tolist(), right.tolist(), strict=True)
         ]
         codes = inverse.reshape(-1).astype(np.int64, copy=False)
-    return Encoded(codes, keys, None)
+    return Encoded(codes, keys)
 
 
 def passthrough_values(values: Sequence[object]) -> np.ndarray:

@@ -42,6 +42,7 @@ disjoint digest bytes, so rows are independent (under the PRF assumption on keye
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -317,7 +318,9 @@ def grouped_increments(
     b = _check_buckets(buckets, spec)
     s = _check_signs(signs, spec, b.shape[0])
     if lab.shape != code.shape or lab.ndim != 1:
-        raise ValueError(f"labels and codes must be 1-d of one length, got {lab.shape} {code.shape}")
+        raise ValueError(
+            f"labels and codes must be 1-d of one length, got {lab.shape} and {code.shape}"
+        )
     if lab.size == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     n_keys = b.shape[0]
@@ -413,11 +416,19 @@ def estimate_stacked(
         raise ValueError(f"offsets must have shape ({b.shape[0]},), got {off.shape}")
     if off.size and (off.min() < 0 or off.max() + spec.cells > c.size):
         raise ValueError("offsets must address whole tables inside cells")
-    label_offsets = np.arange(spec.n_labels, dtype=np.int64) * (spec.depth * spec.width)
-    row_offsets = np.arange(spec.depth, dtype=np.int64) * spec.width
-    flat = (off[:, None, None] + label_offsets[None, :, None]) + (row_offsets + b)[:, None, :]
+    flat = (off[:, None, None] + _cell_offsets(spec)) + b[:, None, :]
     values = c.take(flat).astype(np.int64, copy=False)
     return _signed_median(values, signs, spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _cell_offsets(spec: SketchSpec) -> np.ndarray:
+    """``label * depth * width + row * width``, shape ``(n_labels, depth)`` (read-only)."""
+    label_offsets = np.arange(spec.n_labels, dtype=np.int64) * (spec.depth * spec.width)
+    row_offsets = np.arange(spec.depth, dtype=np.int64) * spec.width
+    out = label_offsets[:, None] + row_offsets[None, :]
+    out.flags.writeable = False
+    return out
 
 
 def estimate_count_min(cells: np.ndarray, buckets: np.ndarray, spec: SketchSpec) -> np.ndarray:

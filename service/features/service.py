@@ -18,9 +18,11 @@ import pyarrow.parquet as pq
 
 from service.context import AppContext
 from service.core.featurize import (
+    SEPARATOR,
     Encoded,
     assemble,
     backoff_threshold,
+    canonical_value,
     column_names,
     combine_codes,
     derived_columns,
@@ -30,6 +32,7 @@ from service.core.featurize import (
 )
 from service.core.sketch import KeyHasher, estimate_stacked
 from service.errors import PayloadTooLarge, Unavailable
+from service.features.store import FeatureStore
 from service.features.validation import check_rows
 from service.streams import service as streams
 from service.streams.runtime import StreamRuntime
@@ -40,6 +43,7 @@ TRAINSET_CHUNK = 5000
 
 
 ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
+FEW_ROWS = 8  # up to this many rows, featurize key by key (see Featurizer._transform_few)
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,20 @@ class Featurizer:
     hasher: KeyHasher = field(repr=False, compare=False)
 
     @classmethod
-    def build(cls, rt: StreamRuntime, agg: Aggregate) -> Featurizer:
+    def build(
+        cls, rt: StreamRuntime, agg: Aggregate, *, previous: Featurizer | None = None
+    ) -> Featurizer:
+        """``previous``: a featurizer of the same aggregate, whose stacked cells are reused
+        when its tables are the same (the runtime is refreshed every few seconds)."""
         cfg = rt.config
-        cells, offsets = _stack(rt, agg)
+        if (
+            previous is not None
+            and previous.agg is agg
+            and [t.id for t in previous.rt.tables] == [t.id for t in rt.tables]
+        ):
+            cells, offsets = previous.cells, previous.offsets
+        else:
+            cells, offsets = _stack(rt, agg)
         return cls(
             rt=rt,
             agg=agg,
@@ -87,14 +102,14 @@ class Featurizer:
 
     def transform(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
         """Rows (feature name → value; missing features are null) → ``(n, len(columns))``."""
+        if 0 < len(rows) <= FEW_ROWS:
+            return self._transform_few(rows)
         rt = self.rt
         names = {f for t in rt.tables for f in t.features} | set(rt.passthrough)
         columns = {name: [r.get(name) for r in rows] for name in names}
         return self.transform_columns(columns, len(rows))
 
-    def transform_columns(
-        self, columns: Mapping[str, Sequence[object]], n_rows: int
-    ) -> np.ndarray:
+    def transform_columns(self, columns: Mapping[str, Sequence[object]], n_rows: int) -> np.ndarray:
         """The same from columns (feature name → ``n_rows`` values; an absent name is null)."""
         rt, spec = self.rt, self.rt.spec
         missing: list[object] = [None] * n_rows
@@ -123,16 +138,56 @@ class Featurizer:
         n_tab, width = len(rt.tables), derived.shape[1]
         raw = [passthrough_values(column(f)) for f in rt.passthrough]
         out = np.empty((n_rows, n_tab * width + len(raw)), dtype=np.float64)
-        if n_rows == 0:
-            return out
-        index = np.stack([e.codes for e in per_table], axis=1)  # (n, tables): row → key
-        index += starts
-        for lo in range(0, n_rows, ROW_BLOCK):
-            hi = min(lo + ROW_BLOCK, n_rows)
-            block = derived.take(index[lo:hi].reshape(-1), axis=0)
-            out[lo:hi, : n_tab * width] = block.reshape(hi - lo, n_tab * width)
+        if n_rows and per_table:
+            # Block by block: each row's key in every table, then one take of their derived
+            # columns, straight into the output when it has no passthrough columns (a 1M-row
+            # batch writes ~1 GB: temporaries of that size would double the page faults).
+            m = min(ROW_BLOCK, n_rows)
+            index = np.empty((m, n_tab), dtype=np.int64)
+            staging = None if not raw else np.empty((m * n_tab, width), dtype=np.float64)
+            for lo in range(0, n_rows, ROW_BLOCK):
+                hi = min(lo + ROW_BLOCK, n_rows)
+                rows_here = index[: hi - lo]
+                for j, e in enumerate(per_table):
+                    np.add(e.codes[lo:hi], starts[j], out=rows_here[:, j])
+                flat = rows_here.reshape(-1)
+                if staging is None:
+                    target = out[lo:hi].reshape(-1, width)  # a view: out is C-contiguous
+                    np.take(derived, flat, axis=0, out=target, mode="clip")
+                else:
+                    part = staging[: flat.size]
+                    np.take(derived, flat, axis=0, out=part, mode="clip")
+                    out[lo:hi, : n_tab * width] = part.reshape(hi - lo, n_tab * width)
         if raw:
             out[:, n_tab * width :] = np.stack(raw, axis=1)
+        return out
+
+    def _transform_few(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """``transform`` of a handful of rows (a featurize request's usual size): the same
+        canonical keys, hashes and estimates, without the per-feature encoding arrays, whose
+        numpy calls would cost more than the rows."""
+        rt, spec = self.rt, self.rt.spec
+        specs = {f.name: f for f in rt.features}
+        groups = []
+        for t in rt.tables:
+            if len(t.features) == 1:
+                one = specs[t.features[0]]
+                keys = [canonical_value(r.get(one.name), one) for r in rows]
+            else:
+                fs = [specs[name] for name in t.features]
+                keys = [SEPARATOR.join(canonical_value(r.get(f.name), f) for f in fs) for r in rows]
+            groups.append((t.name, keys))
+        n, n_tab = len(rows), len(rt.tables)
+        buckets, signs = self.hasher.hash_many(groups)  # table-major: key j*n + i is row i
+        est = estimate_stacked(self.cells, np.repeat(self.offsets, n), buckets, signs, spec)
+        derived = _per_key_block(
+            est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
+        )
+        width = derived.shape[1]
+        out = np.empty((n, n_tab * width + len(rt.passthrough)), dtype=np.float64)
+        out[:, : n_tab * width] = derived.reshape(n_tab, n, width).transpose(1, 0, 2).reshape(n, -1)
+        for j, name in enumerate(rt.passthrough):
+            out[:, n_tab * width + j] = [_num(r.get(name)) for r in rows]
         return out
 
 
@@ -183,7 +238,7 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     if hit is not None and hit.epoch == served and hit.rt is rt:
         return hit
     if hit is not None and hit.epoch == served:
-        fz = Featurizer.build(rt, hit.agg)
+        fz = Featurizer.build(rt, hit.agg, previous=hit)
     else:
         agg = await store.read_agg(name, served)
         if agg is None:
@@ -221,36 +276,60 @@ def _schema(fz: Featurizer) -> pa.Schema:
     return pa.schema(fields, metadata={"selectivity.epoch": str(fz.epoch)})
 
 
+def _feature_store(ctx: AppContext) -> FeatureStore:
+    st = ctx.caches.get("feature_store")
+    if st is None:
+        st = ctx.caches["feature_store"] = FeatureStore(ctx.redis, ctx.keys)
+    return st
+
+
 async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
     """The hot period of the served epoch, read in chunks up to a snapshot of each window's
-    last entry, featurized chunk by chunk (never built whole in memory)."""
-    store = store_of(ctx)
+    last entry, featurized chunk by chunk (never built whole in memory). A chunk arrives as
+    one string of JSON rows (``FeatureStore.hot_chunk``), read while the previous one is
+    parsed, featurized and turned into a record batch in a worker thread."""
+    windows = store_of(ctx)
+    store = _feature_store(ctx)
     rt = fz.rt
     schema = _schema(fz)
     lo, hi = rt.hot_period(fz.epoch)
     for w in range(max(lo, 1), hi + 1):
-        last = await store.hot_last_id(rt.name, w)
+        last = await windows.hot_last_id(rt.name, w)
         if last is None:
             continue
-        start: bytes | str = "-"
-        while True:
-            entries = await store.hot_range(rt.name, w, start, last, TRAINSET_CHUNK)
-            if not entries:
-                break
-            recs = [orjson.loads(fields[b"d"]) for _, fields in entries]
-            feats = [r["f"] for r in recs]
-            matrix = await asyncio.to_thread(fz.transform, feats)
-            arrays = [
-                pa.array([r["id"] for r in recs], pa.string()),
-                pa.array([r["t"] for r in recs], pa.string()),
-                pa.array(np.full(len(recs), w, np.int64)),
-                pa.array([r["y"] for r in recs], pa.string()),
-            ]
-            arrays += [pa.array(matrix[:, j]) for j in range(matrix.shape[1])]
-            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-            if entries[-1][0] == last or len(entries) < TRAINSET_CHUNK:
-                break
-            start = b"(" + entries[-1][0]
+        # Read the next chunk while this one is being featurized.
+        ahead = asyncio.ensure_future(store.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
+        try:
+            while True:
+                chunk = await ahead
+                if chunk is None:
+                    break
+                last_read, n, rows = chunk
+                more = last_read != last and n >= TRAINSET_CHUNK
+                if more:
+                    ahead = asyncio.ensure_future(
+                        store.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
+                    )
+                yield await asyncio.to_thread(_record_batch, fz, schema, w, rows)
+                if not more:
+                    break
+        finally:
+            ahead.cancel()  # the consumer stopped early: drop the read ahead (no-op when done)
+
+
+def _record_batch(fz: Featurizer, schema: pa.Schema, window: int, rows: bytes) -> pa.RecordBatch:
+    """One chunk of hot rows (``row,row,...`` JSON) → a record batch of the train set."""
+    recs = orjson.loads(b"[" + rows + b"]")
+    matrix = fz.transform([r["f"] for r in recs])
+    columns = np.ascontiguousarray(matrix.T)  # one transposing copy; then each column is flat
+    arrays = [
+        pa.array([r["id"] for r in recs], pa.string()),
+        pa.array([r["t"] for r in recs], pa.string()),
+        pa.array(np.full(len(recs), window, np.int64)),
+        pa.array([r["y"] for r in recs], pa.string()),
+    ]
+    arrays += [pa.array(col) for col in columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, AsyncIterator[bytes]]:

@@ -45,9 +45,9 @@ def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[bytes]
     """The batch's increments per table, summed per cell, and the raw rows for the hot stream.
 
     ``ops[i]`` holds table ``table_ids[i]``'s increments (``pack_ops``), the prior table's
-    last. Each distinct value of a
-    feature is canonicalised and hashed once per table, and the cells of all tables are
-    computed together, counting observations per distinct (label, key) pair."""
+    last. Each distinct value of a feature is canonicalised and hashed once per table, and the
+    cells of all tables are computed together, counting observations per distinct (label, key)
+    pair."""
     obs = body.observations
     spec = rt.spec
     labels = np.fromiter((rt.label_index[o.label] for o in obs), dtype=np.int64, count=len(obs))

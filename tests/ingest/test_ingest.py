@@ -238,7 +238,8 @@ async def test_batch_ops_equal_the_per_table_reference(api: Api) -> None:
         cells, deltas = ingest_service.unpack_ops(packed)
         assert np.array_equal(cells, want_cells) and np.array_equal(deltas, want_deltas)
         assert packed == b" ".join(
-            b"#%d %d" % (c, d) for c, d in zip(want_cells.tolist(), want_deltas.tolist())
+            b"#%d %d" % (c, d)
+            for c, d in zip(want_cells.tolist(), want_deltas.tolist(), strict=True)
         )
     prior_cells, prior_deltas = ingest_service.unpack_ops(ops[-1])
     assert prior_deltas.tolist() == np.bincount(labels)[prior_cells].tolist()
@@ -254,7 +255,7 @@ def test_pack_ops_is_the_decimal_bitfield_arguments() -> None:
         cells[0], deltas[-1] = 0, -1
         packed = ingest_service.pack_ops(cells, deltas)
         assert packed == b" ".join(
-            b"#%d %d" % (c, d) for c, d in zip(cells.tolist(), deltas.tolist())
+            b"#%d %d" % (c, d) for c, d in zip(cells.tolist(), deltas.tolist(), strict=True)
         )
         back = ingest_service.unpack_ops(packed)
         assert np.array_equal(back[0], cells) and np.array_equal(back[1], deltas)

@@ -11,15 +11,17 @@ from tests.helpers import obs, prior_of, stream_body, window_cells
 
 async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) -> None:
     name = unique("usr")
-    body = stream_body(name, privacy={"mechanism": "none", "user_key": "user",
-                                      "max_contributions_per_window": 2})
+    body = stream_body(
+        name, privacy={"mechanism": "none", "user_key": "user", "max_contributions_per_window": 2}
+    )
     r = await api.post("/v1/streams", json=body)
     assert r.status_code == 201
     assert r.json()["l1_sensitivity"] == 2 * 8 * 3  # c · T · depth
 
     async def send(rows: list[dict]) -> None:
-        r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                           json={"observations": rows})
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
+        )
         assert r.status_code == 202, r.text
 
     await send([obs("u1", "x", 20, "1")] * 5 + [obs("u2", "x", 20, "0")])
@@ -34,15 +36,24 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
 
     await api.post(f"/v1/streams/{name}/roll")
     await send([obs("u1", "z", 20, "0")] * 3)
-    np.testing.assert_array_equal(prior_of((await window_cells(api.ctx, name, 2))["_prior"]),
-                                  [2, 0])  # a new window: u1 counts again, up to 2
-    out = (await api.post(f"/v1/streams/{name}/featurize", role="model",
-                          json={"rows": [{"user": "u1"}, {"user": "u2"}]})).json()
+    np.testing.assert_array_equal(
+        prior_of((await window_cells(api.ctx, name, 2))["_prior"]), [2, 0]
+    )  # a new window: u1 counts again, up to 2
+    out = (
+        await api.post(
+            f"/v1/streams/{name}/featurize",
+            role="model",
+            json={"rows": [{"user": "u1"}, {"user": "u2"}]},
+        )
+    ).json()
     cols = out["columns"]
     assert out["rows"][0][cols.index("user:count:1")] == 2.0
     assert out["rows"][0][cols.index("user:count:0")] == 0.0  # u1's "0"s came past the bound
     assert out["rows"][1][cols.index("user:total")] == 2.0
-    r = await api.post(f"/v1/streams/{name}/observations", role="producer",
-                       json={"observations": [{"features": {"item": "x"}, "label": "1"}]})
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [{"features": {"item": "x"}, "label": "1"}]},
+    )
     assert r.status_code == 422 and "user key" in r.json()["detail"]
     assert await store_of(api.ctx).hot_length(name, 2) == 3
