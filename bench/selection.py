@@ -53,31 +53,48 @@ async def replay(windows: int, rows: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     transport = httpx.ASGITransport(app=create_app(ctx=ctx))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
-                                     timeout=600) as c:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://bench", timeout=600
+        ) as c:
             for name, eps_sel in (("without", 0.0), ("with", 1.0)):
-                body = {"name": name, "features": movielens.stream_features(),
-                        "labels": ["0", "1"], "hot_windows": 2, "retention_windows": 50,
-                        "window_seconds": 366 * 86400, "sketch": {"width": 16384, "depth": 3},
-                        "max_tables": len(movielens.FEATURES) + 1 + 4,
-                        "privacy": {"mechanism": "laplace", "epsilon": EPSILON,
-                                    "epsilon_selection": eps_sel, "groups_per_round": 1}}
+                body = {
+                    "name": name,
+                    "features": movielens.stream_features(),
+                    "labels": ["0", "1"],
+                    "hot_windows": 2,
+                    "retention_windows": 50,
+                    "window_seconds": 366 * 86400,
+                    "sketch": {"width": 16384, "depth": 3},
+                    "max_tables": len(movielens.FEATURES) + 1 + 4,
+                    "privacy": {
+                        "mechanism": "laplace",
+                        "epsilon": EPSILON,
+                        "epsilon_selection": eps_sel,
+                        "groups_per_round": 1,
+                    },
+                }
                 r = await c.post("/v1/streams", headers=h, json=body)
                 r.raise_for_status()
                 size = len(df) // windows
                 t0 = time.perf_counter()
                 for w in range(windows):
-                    part = df.iloc[w * size:(w + 1) * size]
+                    part = df.iloc[w * size : (w + 1) * size]
                     obs = movielens.observations(part)
                     for i in range(0, len(obs), 10_000):
-                        r = await c.post(f"/v1/streams/{name}/observations", headers=h,
-                                         json={"observations": obs[i:i + 10_000]})
+                        r = await c.post(
+                            f"/v1/streams/{name}/observations",
+                            headers=h,
+                            json={"observations": obs[i : i + 10_000]},
+                        )
                         r.raise_for_status()
                     r = await c.post(f"/v1/streams/{name}/roll", headers=h)
                     r.raise_for_status()
                     await _settle(ctx)
-                    print(f"  {name} selection: window {w + 1}/{windows} rolled "
-                          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+                    print(
+                        f"  {name} selection: window {w + 1}/{windows} rolled "
+                        f"({time.perf_counter() - t0:.0f} s)",
+                        flush=True,
+                    )
                 out[name] = {
                     "tables": (await c.get(f"/v1/streams/{name}/tables", headers=h)).json(),
                     "quality": (await c.get(f"/v1/streams/{name}/quality", headers=h)).json(),
@@ -95,13 +112,23 @@ def main(argv: list[str]) -> None:
     windows, rows = (8, 33_000) if args.quick else (12, None)
     res = asyncio.run(replay(windows, rows))
     picked = [t for t in res["with"]["tables"]["tables"] if t["reason"] == "selected"]
-    q = {k: {e["epoch"]: e for e in res[k]["quality"]["epochs"] if e["log_loss"] is not None}
-         for k in ("with", "without")}
+    q = {
+        k: {e["epoch"]: e for e in res[k]["quality"]["epochs"] if e["log_loss"] is not None}
+        for k in ("with", "without")
+    }
     epochs = sorted(set(q["with"]) & set(q["without"]))
-    rows_ = [[e, q["without"][e]["log_loss"], q["with"][e]["log_loss"],
-              q["with"][e]["log_loss"] / q["without"][e]["log_loss"],
-              q["without"][e]["auc"], q["with"][e]["auc"], q["with"][e]["prior_log_loss"]]
-             for e in epochs]
+    rows_ = [
+        [
+            e,
+            q["without"][e]["log_loss"],
+            q["with"][e]["log_loss"],
+            q["with"][e]["log_loss"] / q["without"][e]["log_loss"],
+            q["without"][e]["auc"],
+            q["with"][e]["auc"],
+            q["with"][e]["prior_log_loss"],
+        ]
+        for e in epochs
+    ]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(epochs, [r[1] for r in rows_], "o-", label="without selection")
     ax.plot(epochs, [r[2] for r in rows_], "s-", label="with selection (ε_sel = 1)")
@@ -116,10 +143,23 @@ def main(argv: list[str]) -> None:
     fig.tight_layout()
     png = plot_path("selection")
     fig.savefig(png, dpi=110)
-    groups = markdown_table(
-        ["group", "extends", "picked at roll to epoch", "rank", "counted from window"],
-        [[t["name"], t["extends"], t["selected_epoch"], t["selection_rank"], t["first_epoch"]]
-         for t in picked]) if picked else "No group was selected."
+    groups = (
+        markdown_table(
+            ["group", "extends", "picked at roll to epoch", "rank", "counted from window"],
+            [
+                [
+                    t["name"],
+                    t["extends"],
+                    t["selected_epoch"],
+                    t["selection_rank"],
+                    t["first_epoch"],
+                ]
+                for t in picked
+            ],
+        )
+        if picked
+        else "No group was selected."
+    )
     mean = (sum(r[3] for r in rows_) / len(rows_)) if rows_ else float("nan")
     body = (
         f"Two streams, {windows} windows of MovieLens 100K in time order, laplace ε = {EPSILON} "
@@ -127,9 +167,23 @@ def main(argv: list[str]) -> None:
         f"One stream runs a selection round at every roll (ε_sel = 1, one group per round); the "
         f"other does not. Quality: the reference model of each epoch scored on the ratings that "
         f"arrived during it.\n\nSelected groups:\n\n{groups}\n\n"
-        + markdown_table(["epoch", "log-loss without", "log-loss with", "with / without",
-                          "AUC without", "AUC with", "prior log-loss"], rows_)
+        + markdown_table(
+            [
+                "epoch",
+                "log-loss without",
+                "log-loss with",
+                "with / without",
+                "AUC without",
+                "AUC with",
+                "prior log-loss",
+            ],
+            rows_,
+        )
         + f"\n\nMean log-loss ratio with / without selection: {mean:.4f}.\n\n"
-        f"![selection](bench/plots/{png.name})")
-    append_section("DP count-table selection (MovieLens)", body,
-                   command="selectivity bench selection" + (" --quick" if args.quick else ""))
+        f"![selection](bench/plots/{png.name})"
+    )
+    append_section(
+        "DP count-table selection (MovieLens)",
+        body,
+        command="selectivity bench selection" + (" --quick" if args.quick else ""),
+    )

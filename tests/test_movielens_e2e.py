@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 from scipy.stats import rankdata
 
-from tests import movielens
+from bench import movielens
 from tests.conftest import Api, unique
 
 pytestmark = pytest.mark.slow
