@@ -102,6 +102,8 @@ class Window(Base):
     expired_at: Mapped[datetime | None] = mapped_column(default=None)
     cold_sealed_at: Mapped[datetime | None] = mapped_column(default=None)
     hot_deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # the seal job's checkpoint: the last hot-stream entry id written to a verified segment
+    seal_cursor: Mapped[str | None] = mapped_column(String(40), default=None)
 
 
 class CountTable(Base):
@@ -190,3 +192,93 @@ class ReferenceModel(Base):
     auc: Mapped[float | None] = mapped_column(default=None)
     prior_log_loss: Mapped[float | None] = mapped_column(default=None)
     evaluated_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class ColdStoreKey(Base):
+    """A cold-store key pair: only the X25519 public key and a verification tag of the private
+    key are stored; the private key exists only as SLIP-39 shares held by admins (DESIGN §10).
+    The newest active key seals new segments; retired keys still open the segments sealed to
+    them."""
+
+    __tablename__ = "coldstore_key"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(32))
+    verification_tag: Mapped[bytes] = mapped_column(LargeBinary(32))
+    shares: Mapped[int] = mapped_column(Integer)
+    threshold: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class ColdSegment(Base):
+    """One sealed segment file: a window's hot-stream entries ``first_id``..``last_id``."""
+
+    __tablename__ = "cold_segment"
+    __table_args__ = (UniqueConstraint("stream_id", "epoch", "first_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    first_id: Mapped[str] = mapped_column(String(40))
+    last_id: Mapped[str] = mapped_column(String(40))
+    count: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(500))
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[bytes] = mapped_column(LargeBinary(32))
+    key_id: Mapped[int] = mapped_column(ForeignKey("coldstore_key.id"))
+    first_ts: Mapped[datetime] = mapped_column()
+    last_ts: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UnlockRequest(Base):
+    """An analyst's break-glass request for a stream's raw data, its approvals and its grant.
+    Shares are never stored: approvals record who approved; the shares themselves wait in the
+    API process's memory until the threshold is reached (DESIGN §10)."""
+
+    __tablename__ = "unlock_request"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    requested_by: Mapped[str] = mapped_column(String(32))
+    justification: Mapped[str] = mapped_column(Text)
+    from_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    to_epoch: Mapped[int | None] = mapped_column(Integer, default=None)
+    from_ts: Mapped[datetime | None] = mapped_column(default=None)
+    to_ts: Mapped[datetime | None] = mapped_column(default=None)
+    key_id: Mapped[int] = mapped_column(ForeignKey("coldstore_key.id"))
+    ttl_seconds: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    granted_at: Mapped[datetime | None] = mapped_column(default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    closed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class UnlockApproval(Base):
+    __tablename__ = "unlock_approval"
+    __table_args__ = (UniqueConstraint("request_id", "admin_key_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(
+        ForeignKey("unlock_request.id", ondelete="CASCADE"), index=True
+    )
+    admin_key_id: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditEntry(Base):
+    """The hash-chained audit log: ``hash = SHA-256(prev_hash || canonical JSON of the entry)``;
+    ``seq`` is assigned by the service under a lock, dense from 1."""
+
+    __tablename__ = "audit_log"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ts: Mapped[datetime] = mapped_column(default=utcnow)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+    prev_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
