@@ -19,6 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import resources
 from service.admin import router as admin_router
 from service.admin.service import bootstrap_admin
+from service.audit import router as audit_router
+from service.coldstore import router as coldstore_router
+from service.coldstore.service import init_embedded_key
 from service.config import Settings
 from service.context import AppContext
 from service.errors import ServiceError
@@ -110,6 +113,8 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         path = await bootstrap_admin(sessionmaker=own.sessionmaker, settings=settings)
         if path:
             log.warning("created the bootstrap admin key in %s (mode 0600)", path)
+        if embedded is not None:
+            await init_embedded_key(own)
         worker = None
         if settings.run_worker_in_process:
             from service.context import make_process_pool
@@ -122,6 +127,9 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             if worker is not None:
                 worker.cancel()
                 await asyncio.gather(worker, return_exceptions=True)
+            from service.coldstore.unlock import vault_of
+
+            vault_of(own).wipe_all()
             await resources.close(own)
             if embedded is not None:
                 embedded.close()
@@ -174,6 +182,8 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         privacy_router.router,
         selection_router.router,
         admin_router.router,
+        audit_router.router,
+        coldstore_router.router,
     ):
         app.include_router(r)
 

@@ -82,6 +82,7 @@ def cmd_worker(_: argparse.Namespace) -> None:
 
 def cmd_create_key(args: argparse.Namespace) -> None:
     from service.admin import service as keys
+    from service.audit import service as audit
     from service.db.session import make_engine, make_sessionmaker
 
     s = _settings()
@@ -89,8 +90,16 @@ def cmd_create_key(args: argparse.Namespace) -> None:
     async def main() -> str:  # keys live in SQL only: no Redis needed
         engine = make_engine(s.resolved_database_url)
         try:
-            async with make_sessionmaker(engine)() as session, session.begin():
+            sessionmaker = make_sessionmaker(engine)
+            async with sessionmaker() as session, session.begin():
                 created = await keys.create(session=session, role=args.role, name=args.name)
+            await audit.record(
+                sessionmaker,
+                actor="cli",
+                action="admin.create_key",
+                target=f"key:{created.id}",
+                detail={"role": created.role, "name": created.name},
+            )
         finally:
             await engine.dispose()
         return created.key
@@ -129,7 +138,7 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
         )
 
 
-BENCHES = ("accuracy", "speed", "roll", "selection")  # roll also measures memory per window
+BENCHES = ("accuracy", "speed", "roll", "selection", "seal")  # roll also measures memory per window
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -177,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
+    from service import cli_coldstore
+
+    cli_coldstore.register(sub, admin)
     rp = sub.add_parser("report", help="reports").add_subparsers(dest="report", required=True)
     rq = rp.add_parser("quality", help="PNG of the reference model's quality per epoch")
     rq.add_argument("--stream", required=True)

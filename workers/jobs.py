@@ -42,4 +42,18 @@ async def windows_prepare_next(ctx: dict[str, Any], *, stream: str) -> bool:
     return await windows.prepare_next(ctx=ctx["app"], name=stream)
 
 
-FUNCTIONS = [windows_tick, windows_roll, windows_prepare_next]
+async def coldstore_seal(ctx: dict[str, Any]) -> dict[str, int]:
+    """Seal hot-stream entries into the cold store; expire what is sealed and left the hot
+    period."""
+    from service.coldstore import service as coldstore
+
+    return await coldstore.seal_all(ctx=ctx["app"])
+
+
+async def unlock_expire_grants(ctx: dict[str, Any]) -> int:
+    from service.coldstore import unlock
+
+    return await unlock.expire_grants(ctx=ctx["app"])
+
+
+FUNCTIONS = [windows_tick, windows_roll, windows_prepare_next, coldstore_seal, unlock_expire_grants]

@@ -13,7 +13,7 @@ from saq import CronJob, Queue, Worker
 from saq.queue.redis import RedisQueue
 
 from service.context import AppContext, make_process_pool
-from workers.jobs import FUNCTIONS, windows_tick
+from workers.jobs import FUNCTIONS, coldstore_seal, unlock_expire_grants, windows_tick
 
 log = logging.getLogger("selectivity.worker")
 
@@ -41,7 +41,14 @@ def make_worker(app: AppContext) -> Worker:
                 cron=cron_every(app.settings.scheduler_seconds),
                 unique=True,
                 timeout=600,
-            )
+            ),
+            CronJob(
+                coldstore_seal,
+                cron=cron_every(app.settings.scheduler_seconds),
+                unique=True,
+                timeout=3600,
+            ),
+            CronJob(unlock_expire_grants, cron=cron_every(10), unique=True, timeout=60),
         ],
     )
 

@@ -4,7 +4,8 @@ from fastapi import APIRouter
 
 from service.admin import service
 from service.admin.schemas import KeyCreate, KeyCreated
-from service.deps import AdminKey, SessionDep
+from service.audit import service as audit
+from service.deps import AdminKey, CtxDep, SessionDep
 from service.errors import ValidationError, error_responses
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -13,5 +14,16 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 @router.post(
     "/keys", status_code=201, response_model=KeyCreated, responses=error_responses(ValidationError)
 )
-async def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
-    return await service.create(session=session, role=body.role, name=body.name)
+async def create_key(
+    body: KeyCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
+) -> KeyCreated:
+    created = await service.create(session=session, role=body.role, name=body.name)
+    await session.commit()
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="admin.create_key",
+        target=f"key:{created.id}",
+        detail={"role": created.role, "name": created.name},
+    )
+    return created

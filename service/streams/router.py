@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path
 
+from service.audit import service as audit
 from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
 from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.streams import service
@@ -18,9 +19,18 @@ StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
     responses=error_responses(Conflict, ValidationError),
 )
 async def create_stream(
-    body: StreamCreate, ctx: CtxDep, session: SessionDep, _: AdminKey
+    body: StreamCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
 ) -> StreamOut:
-    return await service.create(ctx=ctx, session=session, stream_in=body)
+    out = await service.create(ctx=ctx, session=session, stream_in=body)
+    await session.commit()
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="stream.create",
+        target=f"stream:{out.name}",
+        detail={"config": body.model_dump(mode="json", exclude={"name"})},
+    )
+    return out
 
 
 @router.get("", response_model=StreamList)

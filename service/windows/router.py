@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from service.audit import service as audit
 from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
 from service.errors import NotFound, error_responses
 from service.streams.router import StreamPath
@@ -23,7 +24,14 @@ async def list_windows(
 
 
 @router.post("/{stream}/roll", response_model=RollOut, responses=error_responses(NotFound))
-async def roll(ctx: CtxDep, _: AdminKey, stream: str = StreamPath) -> RollOut:
+async def roll(ctx: CtxDep, who: AdminKey, stream: str = StreamPath) -> RollOut:
     epoch = await service.roll(ctx=ctx, name=stream)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="stream.forced_roll",
+        target=f"stream:{stream}",
+        detail={"epoch": epoch},
+    )
     ctx.spawn(service.prepare_next(ctx=ctx, name=stream))
     return RollOut(epoch=epoch)

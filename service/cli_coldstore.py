@@ -1,0 +1,242 @@
+"""CLI for the cold store and break-glass access: ``admin init-coldstore``, ``audit verify``,
+and ``unlock request|approve|status|export|close`` (the last over HTTP, as an analyst or admin
+would use them)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from service.config import Settings
+
+T = TypeVar("T")
+
+
+def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
+    from service.db.session import make_engine, make_sessionmaker
+
+    try:
+        s = Settings()
+    except Exception as exc:
+        sys.exit(f"configuration error: {exc}")
+
+    async def main() -> T:
+        engine = make_engine(s.resolved_database_url)
+        try:
+            return await fn(make_sessionmaker(engine))
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+def cmd_init_coldstore(args: argparse.Namespace) -> None:
+    """Create (or rotate) the cold-store key and print its shares, once."""
+    from service.coldstore.service import KeyExists, init_key
+
+    try:
+        if not 1 <= args.threshold <= args.shares <= 16 or (args.threshold == 1 < args.shares):
+            raise ValueError("need 2 <= threshold <= shares <= 16 (or 1 of 1)")
+    except ValueError as exc:
+        sys.exit(f"error: {exc}")
+
+    async def run(sessionmaker: Any) -> tuple[int, list[str]]:
+        row, shares = await init_key(
+            sessionmaker=sessionmaker,
+            shares=args.shares,
+            threshold=args.threshold,
+            actor="cli",
+            rotate=args.rotate,
+        )
+        return row.id, shares
+
+    try:
+        key_id, shares = _with_db(run)
+    except KeyExists as exc:
+        sys.exit(f"error: {exc} (pass --rotate to seal new segments to a new key)")
+    print(
+        f"cold-store key {key_id}: {args.shares} shares, any {args.threshold} open it.\n"
+        "Give each share to a different admin, to keep OFFLINE. They are shown only now;\n"
+        "the service keeps only the public key and a verification tag.\n"
+    )
+    for i, share in enumerate(shares, 1):
+        print(f"share {i}: {share}\n")
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> None:
+    from service.audit import service as audit
+
+    async def run(sessionmaker: Any) -> audit.Verdict:
+        async with sessionmaker() as session:
+            return await audit.verify(session)
+
+    v = _with_db(run)
+    if not v.ok:
+        print(f"TAMPERED: entry {v.first_bad_seq}: {v.problem}")
+        print(f"the chain is intact up to entry {v.head_seq} (hash {v.head_hash})")
+        sys.exit(1)
+    print(f"ok: {v.entries} entries, chain intact; head seq {v.head_seq} hash {v.head_hash}")
+    if args.expect_head:
+        seq, _, h = args.expect_head.partition(":")
+        if v.head_seq < int(seq):
+            print(f"TAMPERED: entries after {v.head_seq} were removed (expected head {seq})")
+            sys.exit(1)
+        if v.head_seq == int(seq) and h and h != v.head_hash:
+            print("TAMPERED: the head differs from the one noted")
+            sys.exit(1)
+
+
+# -- unlock over HTTP ---------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    import httpx
+
+    key = args.key or os.environ.get("SELECTIVITY_API_KEY")
+    if not key:
+        sys.exit("error: pass --key or set SELECTIVITY_API_KEY")
+    return httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
+
+
+def _check(resp: Any) -> Any:
+    if resp.status_code >= 400:
+        try:
+            body = resp.json()
+            msg = f"{body.get('error')}: {body.get('detail')}"
+        except ValueError:
+            msg = resp.text[:200]
+        sys.exit(f"error {resp.status_code}: {msg}")
+    return resp.json()
+
+
+def _show(body: dict[str, Any]) -> None:
+    print(json.dumps(body, indent=2))
+
+
+def cmd_unlock_request(args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"stream": args.stream, "justification": args.justification}
+    if args.from_window is not None or args.to_window is not None:
+        body |= {"from_window": args.from_window, "to_window": args.to_window}
+    if args.from_time is not None or args.to_time is not None:
+        body |= {"from_time": args.from_time, "to_time": args.to_time}
+    if args.ttl is not None:
+        body["ttl_seconds"] = args.ttl
+    with _client(args) as c:
+        _show(_check(c.post("/v1/admin/unlock-requests", json=body)))
+
+
+def cmd_unlock_approve(args: argparse.Namespace) -> None:
+    """The share is read from stdin (or a hidden prompt): never from the command line, where
+    it would land in the shell history and the process list."""
+    share = (
+        sys.stdin.readline().strip()
+        if not sys.stdin.isatty()
+        else getpass.getpass("your SLIP-39 share (hidden): ").strip()
+    )
+    with _client(args) as c:
+        _show(_check(c.post(f"/v1/admin/unlock-requests/{args.id}/approve", json={"share": share})))
+
+
+def cmd_unlock_status(args: argparse.Namespace) -> None:
+    with _client(args) as c:
+        _show(_check(c.get(f"/v1/admin/unlock-requests/{args.id}")))
+
+
+def cmd_unlock_close(args: argparse.Namespace) -> None:
+    with _client(args) as c:
+        _show(_check(c.post(f"/v1/admin/unlock-requests/{args.id}/close")))
+
+
+def cmd_unlock_export(args: argparse.Namespace) -> None:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    params = {
+        k: v
+        for k, v in {
+            "format": args.format,
+            "from_window": args.from_window,
+            "to_window": args.to_window,
+            "from_time": args.from_time,
+            "to_time": args.to_time,
+        }.items()
+        if v is not None
+    }
+    out = args.out or f"unlock-{args.id}.{'ndjson' if args.format == 'ndjson' else 'arrow'}"
+    with (
+        _client(args) as c,
+        c.stream("GET", f"/v1/admin/unlock-requests/{args.id}/export", params=params) as resp,
+    ):
+        if resp.status_code >= 400:
+            resp.read()
+            _check(resp)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with (
+            os.fdopen(fd, "wb") as f,
+            Progress(TextColumn("exporting"), BarColumn(), DownloadColumn()) as bar,
+        ):
+            task = bar.add_task("export", total=None)
+            for chunk in resp.iter_bytes():
+                f.write(chunk)
+                bar.update(task, advance=len(chunk))
+    errors = 0
+    if args.format == "ndjson":
+        with open(out, "rb") as f:
+            errors = sum(1 for line in f if line.startswith(b'{"window"') and b'"error"' in line)
+    print(
+        f"written to {out} (mode 0600)"
+        + (f"; {errors} segment(s) failed their checks" if errors else "")
+    )
+
+
+def register(sub: Any, admin: Any) -> None:
+    ic = admin.add_parser("init-coldstore", help="create the cold-store key; print its shares")
+    ic.add_argument("--shares", type=int, default=3)
+    ic.add_argument("--threshold", type=int, default=2)
+    ic.add_argument("--rotate", action="store_true", help="retire the current key for a new one")
+    ic.set_defaults(fn=cmd_init_coldstore)
+
+    au = sub.add_parser("audit", help="the audit log").add_subparsers(dest="audit", required=True)
+    av = au.add_parser("verify", help="check the hash chain; report the first bad entry")
+    av.add_argument("--expect-head", help="SEQ:HASH noted earlier, to detect removed tail entries")
+    av.set_defaults(fn=cmd_audit_verify)
+
+    ul = sub.add_parser("unlock", help="break-glass access to the cold store (over HTTP)")
+    us = ul.add_subparsers(dest="unlock", required=True)
+
+    def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--url", default=os.environ.get("SELECTIVITY_URL", "http://127.0.0.1:8000"))
+        p.add_argument("--key", help="API key (default: $SELECTIVITY_API_KEY)")
+        return p
+
+    def ranges(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--from-window", type=int)
+        p.add_argument("--to-window", type=int)
+        p.add_argument("--from-time", help="ISO 8601 with a zone, e.g. 2026-11-01T00:00:00Z")
+        p.add_argument("--to-time")
+
+    r = common(us.add_parser("request", help="file a request (analyst)"))
+    r.add_argument("--stream", required=True)
+    r.add_argument("--justification", required=True)
+    r.add_argument("--ttl", type=int, help="grant lifetime in seconds (default 900)")
+    ranges(r)
+    r.set_defaults(fn=cmd_unlock_request)
+    for name, fn, help_ in (
+        ("approve", cmd_unlock_approve, "approve with your share, read from stdin (admin)"),
+        ("status", cmd_unlock_status, "show a request"),
+        ("close", cmd_unlock_close, "end a grant now"),
+    ):
+        p = common(us.add_parser(name, help=help_))
+        p.add_argument("id")
+        p.set_defaults(fn=fn)
+    e = common(us.add_parser("export", help="download the granted range (analyst)"))
+    e.add_argument("id")
+    e.add_argument("--format", choices=["ndjson", "arrow"], default="ndjson")
+    e.add_argument("--out")
+    ranges(e)
+    e.set_defaults(fn=cmd_unlock_export)

@@ -1,0 +1,49 @@
+"""Segment files on disk: ``<root>/<stream id>/<window>/<first>-<last>.seg``, written
+atomically (temp file in the same directory, fsync, rename, fsync of the directory)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def segment_path(root: Path, stream_id: int, epoch: int, first: str, last: str) -> Path:
+    return root / str(stream_id) / str(epoch) / f"{first}-{last}.seg"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def remove_unindexed(root: Path, stream_id: int, epoch: int, first: str, keep: set[str]) -> int:
+    """Delete files of a window starting at ``first`` that the index does not know (left by a
+    seal that crashed between the rename and the index commit; ciphertext, but still garbage)."""
+    d = root / str(stream_id) / str(epoch)
+    removed = 0
+    if not d.is_dir():
+        return 0
+    for p in d.glob(f"{first}-*.seg"):
+        if str(p) not in keep:
+            p.unlink(missing_ok=True)
+            removed += 1
+    for p in d.glob(".*.tmp"):
+        p.unlink(missing_ok=True)
+    return removed

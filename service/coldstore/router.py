@@ -1,0 +1,83 @@
+"""Break-glass unlock over HTTP (DESIGN §10, §12): analysts request and export, admins approve."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
+
+from service.admin.service import Principal
+from service.coldstore import unlock
+from service.coldstore.schemas import ApproveIn, ExportFormat, UnlockRequestIn, UnlockRequestOut
+from service.deps import AdminKey, CtxDep, require
+from service.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    Unavailable,
+    ValidationError,
+    error_responses,
+)
+
+router = APIRouter(prefix="/v1/admin/unlock-requests", tags=["unlock"])
+AnalystKey = Annotated[Principal, Depends(require("analyst"))]
+ERRORS = error_responses(Forbidden, NotFound, Conflict, ValidationError)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=UnlockRequestOut,
+    responses=error_responses(NotFound, ValidationError, Unavailable),
+)
+async def create(body: UnlockRequestIn, ctx: CtxDep, who: AnalystKey) -> UnlockRequestOut:
+    """File a request for a stream's raw data: windows or a time range, and why."""
+    return await unlock.create_request(ctx=ctx, who=who, body=body)
+
+
+@router.get("/{request_id}", response_model=UnlockRequestOut, responses=ERRORS)
+async def status(request_id: str, ctx: CtxDep, who: AnalystKey) -> UnlockRequestOut:
+    return await unlock.get(ctx=ctx, who=who, rid=request_id[:32])
+
+
+@router.post("/{request_id}/approve", response_model=UnlockRequestOut, responses=ERRORS)
+async def approve(request_id: str, body: ApproveIn, ctx: CtxDep, who: AdminKey) -> UnlockRequestOut:
+    """One admin's approval with their SLIP-39 share. The share is held in this process's
+    memory only; at the threshold the key is rebuilt, checked, and the grant opens."""
+    return await unlock.approve(ctx=ctx, who=who, rid=request_id[:32], share=body.share)
+
+
+@router.post("/{request_id}/close", response_model=UnlockRequestOut, responses=ERRORS)
+async def close(request_id: str, ctx: CtxDep, who: AnalystKey) -> UnlockRequestOut:
+    """End the grant now; the key is wiped."""
+    return await unlock.close(ctx=ctx, who=who, rid=request_id[:32])
+
+
+@router.get("/{request_id}/export", responses=ERRORS)
+async def export(
+    request_id: str,
+    ctx: CtxDep,
+    who: AnalystKey,
+    format: Annotated[ExportFormat, Query()] = "ndjson",  # noqa: A002
+    from_window: Annotated[int | None, Query(ge=1)] = None,
+    to_window: Annotated[int | None, Query(ge=1)] = None,
+    from_time: datetime | None = None,
+    to_time: datetime | None = None,
+) -> StreamingResponse:
+    """The decrypted observations of the granted range (or a part of it), NDJSON or Arrow IPC.
+    A segment that fails its checks is reported in the stream (an ``error`` row) and the
+    export goes on with the next one."""
+    body = await unlock.export(
+        ctx=ctx,
+        who=who,
+        rid=request_id[:32],
+        fmt=format,
+        from_window=from_window,
+        to_window=to_window,
+        from_time=from_time,
+        to_time=to_time,
+    )
+    media = "application/x-ndjson" if format == "ndjson" else "application/vnd.apache.arrow.stream"
+    return StreamingResponse(body, media_type=media)

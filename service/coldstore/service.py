@@ -1,0 +1,361 @@
+"""The cold store (DESIGN §7, §10): its keys, the ``seal`` job, and reading segments back.
+
+Sealing moves each window's hot-stream entries, in order, into segment files of at most
+``segment_entries`` entries, sealed to the newest active cold-store key. After each segment is
+written (atomically) and indexed, the window's ``seal_cursor`` (the last sealed entry id) moves
+on in the same transaction as the index row, so a crash at any line leaves either nothing or a
+complete, indexed segment; a rerun resumes after the cursor and removes a file the index does
+not know. The open window is sealed in full segments only; once a window is closed (its Redis
+meta says so and its SQL row has ``closed_at``), the rest is sealed, every segment of the window
+is read back and checked against its SHA-256 and the entry count against the hot stream, and
+``cold_sealed_at`` is set: only then may ``expire`` delete the window's hot data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.audit import service as audit
+from service.coldstore import crypto, files
+from service.context import AppContext
+from service.db.models import ColdSegment, ColdStoreKey, Stream, Window
+from service.streams import service as streams
+from service.windows import service as windows
+
+log = logging.getLogger("selectivity.coldstore")
+
+SEGMENT_ENTRIES = 5000
+
+
+# -- keys ---------------------------------------------------------------------------------
+
+
+async def active_key(session: AsyncSession) -> ColdStoreKey | None:
+    return await session.scalar(
+        select(ColdStoreKey)
+        .where(ColdStoreKey.retired_at.is_(None))
+        .order_by(ColdStoreKey.id.desc())
+        .limit(1)
+    )
+
+
+async def init_key(
+    *,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    shares: int,
+    threshold: int,
+    actor: str,
+    rotate: bool = False,
+) -> tuple[ColdStoreKey, list[str]]:
+    """Create the cold-store key (or, with ``rotate``, a new one: older keys are retired but
+    keep opening the segments sealed to them). Returns the row and the shares, shown once."""
+    new = crypto.generate_key(shares=shares, threshold=threshold)
+    async with sessionmaker() as session, session.begin():
+        current = await active_key(session)
+        if current is not None and not rotate:
+            raise KeyExists(current.id)
+        now = datetime.now(UTC)
+        if current is not None:
+            current.retired_at = now
+        row = ColdStoreKey(
+            public_key=new.public_key,
+            verification_tag=new.verification_tag,
+            shares=shares,
+            threshold=threshold,
+            created_at=now,
+        )
+        session.add(row)
+        await session.flush()
+    await audit.record(
+        sessionmaker,
+        actor=actor,
+        action="coldstore.rotate_key" if current is not None else "coldstore.init_key",
+        target=f"key:{row.id}",
+        detail={"shares": shares, "threshold": threshold},
+    )
+    return row, new.shares
+
+
+class KeyExists(Exception):
+    def __init__(self, key_id: int) -> None:
+        super().__init__(f"a cold-store key already exists (id {key_id}); use rotation")
+        self.key_id = key_id
+
+
+def write_share_files(data_dir: Path, key_id: int, shares: list[str]) -> Path:
+    """Embedded mode only: the shares as files (mode 0600) for a first local start. They
+    belong offline, each with a different admin: a warning says so."""
+    d = data_dir / "coldstore-shares"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for i, share in enumerate(shares, 1):
+        p = d / f"key{key_id}-share{i}.txt"
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(share + "\n")
+    return d
+
+
+# -- sealing ------------------------------------------------------------------------------
+
+
+@dataclass
+class SealStats:
+    segments: int = 0
+    entries: int = 0
+    bytes: int = 0
+    windows_sealed: int = 0
+    problems: int = 0
+
+
+def _ts(entry_id: bytes) -> datetime:
+    return datetime.fromtimestamp(int(entry_id.split(b"-")[0]) / 1000, UTC)
+
+
+async def seal_stream(
+    *, ctx: AppContext, name: str, segment_entries: int = SEGMENT_ENTRIES
+) -> SealStats:
+    """Seal what can be sealed of one stream, then let ``expire`` delete what left the hot
+    period. Safe to run twice and concurrently with ingest; serialised with rolls."""
+    stats = SealStats()
+    store = windows.store_of(ctx)
+    root = ctx.settings.resolved_coldstore_dir
+    async with ctx.sessionmaker() as session:
+        key = await active_key(session)
+        stream = await session.scalar(select(Stream).where(Stream.name == name))
+        if key is None or stream is None:
+            return stats
+        todo = list(
+            await session.scalars(
+                select(Window)
+                .where(
+                    Window.stream_id == stream.id,
+                    Window.cold_sealed_at.is_(None),
+                    Window.hot_deleted_at.is_(None),
+                )
+                .order_by(Window.epoch)
+            )
+        )
+        key_id, public_key, stream_id = key.id, key.public_key, stream.id
+    for w in todo:
+        closed = w.closed_at is not None
+        cursor = w.seal_cursor
+        while True:
+            start = f"({cursor}" if cursor else "-"
+            entries = await store.hot_range(name, w.epoch, start, "+", segment_entries)
+            if not entries or (not closed and len(entries) < segment_entries):
+                break
+            rows = []
+            for eid, fields in entries:
+                row = fields.get(b"d")
+                if row is None:
+                    raise RuntimeError(f"hot entry {eid.decode()} has no d field")
+                rows.append((eid, row))
+            first, last = rows[0][0].decode(), rows[-1][0].decode()
+            header = {
+                "stream": name,
+                "stream_id": stream_id,
+                "window": w.epoch,
+                "first": first,
+                "last": last,
+                "count": len(rows),
+                "key_id": key_id,
+            }
+            data = await asyncio.to_thread(crypto.seal, header, rows, public_key)
+            path = files.segment_path(root, stream_id, w.epoch, first, last)
+            async with ctx.sessionmaker() as session, session.begin():
+                known = {
+                    s.path
+                    for s in await session.scalars(
+                        select(ColdSegment).where(
+                            ColdSegment.stream_id == stream_id,
+                            ColdSegment.epoch == w.epoch,
+                            ColdSegment.first_id == first,
+                        )
+                    )
+                }
+                if known:  # another sealer got here first
+                    cursor = await session.scalar(
+                        select(Window.seal_cursor).where(Window.id == w.id)
+                    )
+                    continue
+                await asyncio.to_thread(
+                    files.remove_unindexed, root, stream_id, w.epoch, first, set()
+                )
+                await asyncio.to_thread(files.write_atomic, path, data)
+                session.add(
+                    ColdSegment(
+                        stream_id=stream_id,
+                        epoch=w.epoch,
+                        first_id=first,
+                        last_id=last,
+                        count=len(rows),
+                        path=str(path),
+                        size=len(data),
+                        sha256=hashlib.sha256(data).digest(),
+                        key_id=key_id,
+                        first_ts=_ts(rows[0][0]),
+                        last_ts=_ts(rows[-1][0]),
+                    )
+                )
+                row = await session.get(Window, w.id, with_for_update=True)
+                assert row is not None
+                row.seal_cursor = last
+            cursor = last
+            stats.segments += 1
+            stats.entries += len(rows)
+            stats.bytes += len(data)
+        if closed:
+            if await _verify_window(ctx=ctx, name=name, stream_id=stream_id, window=w):
+                stats.windows_sealed += 1
+            else:
+                stats.problems += 1
+    if stats.windows_sealed:
+        rt = await streams.runtime(ctx=ctx, name=name)
+        lock = store.lock(name, "roll", timeout=windows.ROLL_LOCK_SECONDS, blocking_timeout=60)
+        async with lock:
+            epoch = await store.epoch(name)
+            if epoch is not None:
+                await windows.expire(ctx=ctx, rt=rt, epoch=epoch)
+    return stats
+
+
+async def _verify_window(*, ctx: AppContext, name: str, stream_id: int, window: Window) -> bool:
+    """Every segment of a closed window read back against its SHA-256, and the entries they
+    hold against the hot stream's length; then ``cold_sealed_at``."""
+    store = windows.store_of(ctx)
+    async with ctx.sessionmaker() as session:
+        segs = list(
+            await session.scalars(
+                select(ColdSegment).where(
+                    ColdSegment.stream_id == stream_id, ColdSegment.epoch == window.epoch
+                )
+            )
+        )
+    total = 0
+    for s in segs:
+        try:
+            data = await asyncio.to_thread(Path(s.path).read_bytes)
+        except OSError:
+            log.error("segment %s of %s/%d is missing", s.id, name, window.epoch)
+            return False
+        if hashlib.sha256(data).digest() != s.sha256:
+            log.error("segment %s of %s/%d fails its SHA-256", s.id, name, window.epoch)
+            return False
+        total += s.count
+    hot = await store.hot_length(name, window.epoch)
+    if hot != total:
+        log.error(
+            "window %s/%d: %d entries sealed, %d in the hot stream", name, window.epoch, total, hot
+        )
+        return False
+    async with ctx.sessionmaker() as session, session.begin():
+        row = await session.get(Window, window.id, with_for_update=True)
+        assert row is not None
+        if row.cold_sealed_at is None:
+            row.cold_sealed_at = datetime.now(UTC)
+    return True
+
+
+async def seal_all(*, ctx: AppContext) -> dict[str, int]:
+    async with ctx.sessionmaker() as session:
+        names = list(await session.scalars(select(Stream.name)))
+    out = SealStats()
+    for name in names:
+        try:
+            st = await seal_stream(ctx=ctx, name=name)
+        except Exception as exc:  # one stream's failure must not stop the others
+            log.error("sealing %s failed: %s", name, type(exc).__name__)
+            out.problems += 1
+            continue
+        out.segments += st.segments
+        out.entries += st.entries
+        out.windows_sealed += st.windows_sealed
+        out.problems += st.problems
+    return {
+        "segments": out.segments,
+        "entries": out.entries,
+        "windows_sealed": out.windows_sealed,
+        "problems": out.problems,
+    }
+
+
+# -- reading back (under a grant) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportItem:
+    """One decrypted observation, or one segment that failed its checks."""
+
+    window: int
+    entry_id: str | None = None
+    row: dict[str, Any] | None = None
+    segment: str | None = None
+    error: str | None = None
+
+
+def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
+    """Decrypt one indexed segment, checking the file's SHA-256 and that its (authenticated)
+    header is the one the index expects; a failure is one error item, never an exception."""
+    import orjson
+
+    name = Path(seg.path).name
+    try:
+        data = Path(seg.path).read_bytes()
+    except OSError as exc:
+        yield ExportItem(seg.epoch, segment=name, error=f"unreadable: {type(exc).__name__}")
+        return
+    problems = []
+    if hashlib.sha256(data).digest() != seg.sha256:
+        problems.append("SHA-256 differs from the index (the file was changed)")
+    try:
+        header, rows = crypto.open_segment(data, private_key)
+    except crypto.SegmentError as exc:
+        yield ExportItem(seg.epoch, segment=name, error="; ".join([*problems, str(exc)]))
+        return
+    expected = {
+        "stream_id": seg.stream_id,
+        "window": seg.epoch,
+        "first": seg.first_id,
+        "last": seg.last_id,
+        "count": seg.count,
+    }
+    wrong = [k for k, v in expected.items() if header.get(k) != v]
+    if wrong:
+        problems.append(f"header belongs to another segment (differs in {', '.join(wrong)})")
+    if problems:
+        yield ExportItem(seg.epoch, segment=name, error="; ".join(problems))
+        return
+    for eid, raw in rows:
+        yield ExportItem(seg.epoch, entry_id=eid, row=orjson.loads(raw))
+
+
+async def init_embedded_key(ctx: AppContext) -> None:
+    """Embedded mode's first start: a 3-share, threshold-2 key with the shares in files under
+    the data dir (DESIGN §10 wants them offline; a local trial has nowhere else to put them)."""
+    async with ctx.sessionmaker() as session:
+        if await active_key(session) is not None:
+            return
+    try:
+        row, shares = await init_key(
+            sessionmaker=ctx.sessionmaker, shares=3, threshold=2, actor="system"
+        )
+    except KeyExists:
+        return
+    d = write_share_files(ctx.settings.data_dir, row.id, shares)
+    log.warning(
+        "created the cold-store key with 3 shares, threshold 2; the shares are in %s. "
+        "They belong OFFLINE, one per admin: move them off this machine and delete the files "
+        "(anyone holding two can decrypt the cold store)",
+        d,
+    )

@@ -1,0 +1,462 @@
+"""Break-glass unlock (DESIGN §10): request → M approvals with shares → grant → export of the
+requested range only → expiry or close. Every step and every refusal goes to the audit log."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import secrets
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.admin.service import Principal
+from service.audit import service as audit
+from service.coldstore import crypto
+from service.coldstore.schemas import ExportFormat, UnlockRequestIn, UnlockRequestOut
+from service.coldstore.service import ExportItem, active_key, read_segment
+from service.coldstore.vault import Grant, Vault
+from service.context import AppContext
+from service.db.models import ColdSegment, ColdStoreKey, Stream, UnlockApproval, UnlockRequest
+from service.errors import Conflict, Forbidden, NotFound, ServiceError, Unavailable, ValidationError
+
+
+def vault_of(ctx: AppContext) -> Vault:
+    return ctx.caches.setdefault("vault", Vault())  # type: ignore[no-any-return]
+
+
+async def _refuse(ctx: AppContext, who: Principal, rid: str, err: ServiceError) -> ServiceError:
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="unlock.refused",
+        target=f"unlock:{rid}",
+        detail={"status": err.status_code, "reason": err.detail},
+    )
+    return err
+
+
+async def _out(
+    session: AsyncSession, r: UnlockRequest, note: str | None = None
+) -> UnlockRequestOut:
+    stream = await session.get(Stream, r.stream_id)
+    key = await session.get(ColdStoreKey, r.key_id)
+    n = await session.scalar(
+        select(func.count()).select_from(UnlockApproval).where(UnlockApproval.request_id == r.id)
+    )
+    assert stream is not None and key is not None
+    return UnlockRequestOut(
+        id=r.id,
+        stream=stream.name,
+        status=r.status,  # type: ignore[arg-type]
+        requested_by=r.requested_by,
+        justification=r.justification,
+        from_window=r.from_epoch,
+        to_window=r.to_epoch,
+        from_time=r.from_ts,
+        to_time=r.to_ts,
+        ttl_seconds=r.ttl_seconds,
+        key_id=r.key_id,
+        threshold=key.threshold,
+        approvals=int(n or 0),
+        created_at=r.created_at,
+        granted_at=r.granted_at,
+        expires_at=r.expires_at,
+        closed_at=r.closed_at,
+        note=note,
+    )
+
+
+async def create_request(
+    *, ctx: AppContext, who: Principal, body: UnlockRequestIn
+) -> UnlockRequestOut:
+    async with ctx.sessionmaker() as session, session.begin():
+        stream = await session.scalar(select(Stream).where(Stream.name == body.stream))
+        if stream is None:
+            raise NotFound(f"stream {body.stream!r} not found")
+        key = await active_key(session)
+        if key is None:
+            raise Unavailable("no cold-store key: run `selectivity admin init-coldstore` first")
+        r = UnlockRequest(
+            id=secrets.token_hex(8),
+            stream_id=stream.id,
+            requested_by=who.key_id,
+            justification=body.justification,
+            from_epoch=body.from_window,
+            to_epoch=body.to_window,
+            from_ts=body.from_time,
+            to_ts=body.to_time,
+            key_id=key.id,
+            ttl_seconds=body.ttl_seconds,
+            status="pending",
+        )
+        session.add(r)
+        await session.flush()
+        out = await _out(session, r)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="unlock.request",
+        target=f"unlock:{r.id}",
+        detail={
+            "stream": body.stream,
+            "windows": [body.from_window, body.to_window],
+            "times": [
+                body.from_time.isoformat() if body.from_time else None,
+                body.to_time.isoformat() if body.to_time else None,
+            ],
+            "ttl_seconds": body.ttl_seconds,
+            "justification": body.justification,
+        },
+    )
+    return out
+
+
+async def _load(session: AsyncSession, rid: str, *, for_update: bool = False) -> UnlockRequest:
+    r = await session.get(UnlockRequest, rid, with_for_update=for_update)
+    if r is None:
+        raise NotFound(f"unlock request {rid!r} not found")
+    return r
+
+
+async def _expire_if_due(ctx: AppContext, session: AsyncSession, r: UnlockRequest) -> bool:
+    if r.status == "granted" and r.expires_at is not None and r.expires_at <= datetime.now(UTC):
+        r.status, r.closed_at = "expired", datetime.now(UTC)
+        vault_of(ctx).wipe(r.id)
+        return True
+    return False
+
+
+async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
+    expired = False
+    async with ctx.sessionmaker() as session, session.begin():
+        r = await _load(session, rid, for_update=True)
+        if who.role != "admin" and r.requested_by != who.key_id:
+            raise Forbidden("only the requesting analyst or an admin may read this request")
+        expired = await _expire_if_due(ctx, session, r)
+        out = await _out(session, r)
+    if expired:
+        await audit.record(
+            ctx.sessionmaker, actor="system", action="unlock.expired", target=f"unlock:{rid}"
+        )
+    return out
+
+
+async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> UnlockRequestOut:
+    """One admin's approval with their share. At the key's threshold of distinct admins the
+    key is reconstructed, checked, and the grant opens."""
+    vault = vault_of(ctx)
+    try:
+        crypto.check_share(share)
+    except crypto.ShareError as exc:
+        raise await _refuse(ctx, who, rid, ValidationError(f"share: {exc}")) from None
+    note = None
+    granted = False
+    failure: ServiceError | None = None
+    async with ctx.sessionmaker() as session, session.begin():
+        r = await _load(session, rid, for_update=True)
+        if await _expire_if_due(ctx, session, r) or r.status != "pending":
+            failure = Conflict(f"unlock request {rid} is {r.status}; approvals are closed")
+        else:
+            key = await session.get(ColdStoreKey, r.key_id)
+            assert key is not None
+            held = vault.pending.setdefault(rid, {})
+            approved = list(
+                await session.scalars(
+                    select(UnlockApproval.admin_key_id).where(UnlockApproval.request_id == rid)
+                )
+            )
+            lost = [a for a in approved if a not in held]
+            if lost:  # approvals whose shares this process no longer holds (a restart)
+                await session.execute(
+                    delete(UnlockApproval).where(
+                        UnlockApproval.request_id == rid, UnlockApproval.admin_key_id.in_(lost)
+                    )
+                )
+                note = (
+                    f"{len(lost)} earlier approval(s) were lost with a restart "
+                    "and must be resubmitted"
+                )
+            index = crypto.check_share(share)[1]
+            if who.key_id in held:
+                failure = Conflict("this admin key has already approved this request")
+            elif any(crypto.check_share(s)[1] == index for s in held.values()):
+                failure = Conflict("this share was already submitted by another admin")
+            else:
+                held[who.key_id] = share
+                session.add(UnlockApproval(request_id=rid, admin_key_id=who.key_id))
+                if len(held) >= key.threshold:
+                    try:
+                        sk = crypto.combine(
+                            list(held.values()), public_key=key.public_key, tag=key.verification_tag
+                        )
+                    except crypto.ShareError as exc:
+                        # start over: no partial set survives a failed reconstruction
+                        vault.pending.pop(rid, None)
+                        await session.execute(
+                            delete(UnlockApproval).where(UnlockApproval.request_id == rid)
+                        )
+                        await session.flush()
+                        note = f"reconstruction failed ({exc}); all approvals were reset"
+                        failure = ValidationError(
+                            f"share: {exc}; the request's approvals were reset, resubmit shares"
+                        )
+                    else:
+                        vault.pending.pop(rid, None)
+                        now = datetime.now(UTC)
+                        r.status, r.granted_at = "granted", now
+                        r.expires_at = now + timedelta(seconds=r.ttl_seconds)
+                        vault.grants[rid] = Grant(sk, r.expires_at)
+                        granted = True
+        await session.flush()
+        out = await _out(session, r, note)
+    if failure is not None:
+        raise await _refuse(ctx, who, rid, failure)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="unlock.approve",
+        target=f"unlock:{rid}",
+        detail={"approvals": out.approvals, "threshold": out.threshold},
+    )
+    if granted:
+        await audit.record(
+            ctx.sessionmaker,
+            actor="system",
+            action="unlock.grant",
+            target=f"unlock:{rid}",
+            detail={"expires_at": out.expires_at.isoformat() if out.expires_at else None},
+        )
+        ctx.spawn(_expire_later(ctx, rid, out.ttl_seconds))
+    return out
+
+
+async def _expire_later(ctx: AppContext, rid: str, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    await expire_grants(ctx=ctx)
+
+
+async def expire_grants(*, ctx: AppContext) -> int:
+    """Close every grant past its expiry (and wipe any key this process holds for it)."""
+    now = datetime.now(UTC)
+    async with ctx.sessionmaker() as session, session.begin():
+        due = list(
+            await session.scalars(
+                select(UnlockRequest).where(
+                    UnlockRequest.status == "granted", UnlockRequest.expires_at <= now
+                )
+            )
+        )
+        for r in due:
+            r.status, r.closed_at = "expired", now
+    vault = vault_of(ctx)
+    for rid, grant in list(vault.grants.items()):
+        if grant.expires_at <= now:
+            vault.wipe(rid)
+    for r in due:
+        await audit.record(
+            ctx.sessionmaker, actor="system", action="unlock.expired", target=f"unlock:{r.id}"
+        )
+    return len(due)
+
+
+async def close(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
+    async with ctx.sessionmaker() as session, session.begin():
+        r = await _load(session, rid, for_update=True)
+        if who.role != "admin" and r.requested_by != who.key_id:
+            raise Forbidden("only the requesting analyst or an admin may close this request")
+        if r.status in ("pending", "granted"):
+            r.status, r.closed_at = "closed", datetime.now(UTC)
+        vault_of(ctx).wipe(rid)
+        out = await _out(session, r)
+    await audit.record(
+        ctx.sessionmaker, actor=who.key_id, action="unlock.close", target=f"unlock:{rid}"
+    )
+    return out
+
+
+# -- export -------------------------------------------------------------------------------
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("window", pa.int32()),
+        ("entry_id", pa.string()),
+        ("observation", pa.string()),  # the observation as ingested, JSON
+        ("segment", pa.string()),
+        ("error", pa.string()),  # set on rows that report a segment failing its checks
+    ]
+)
+
+
+async def export(
+    *,
+    ctx: AppContext,
+    who: Principal,
+    rid: str,
+    fmt: ExportFormat,
+    from_window: int | None,
+    to_window: int | None,
+    from_time: datetime | None,
+    to_time: datetime | None,
+) -> AsyncIterator[bytes]:
+    """Checks first (raising before any byte is sent), then an async byte stream."""
+    try:
+        async with ctx.sessionmaker() as session, session.begin():
+            r = await _load(session, rid, for_update=True)
+            if r.requested_by != who.key_id:
+                raise Forbidden("only the analyst who filed the request may export under its grant")
+            expired = await _expire_if_due(ctx, session, r)
+            grant = vault_of(ctx).grants.get(rid)
+            if expired or r.status != "granted":
+                raise Conflict(f"no open grant: the request is {r.status}")
+            if grant is None:
+                raise Conflict(
+                    "this API process does not hold the grant's key (it restarted or another "
+                    "replica holds it); approve again"
+                )
+            lo_w, hi_w, lo_t, hi_t = _range(r, from_window, to_window, from_time, to_time)
+            q = select(ColdSegment).where(ColdSegment.stream_id == r.stream_id)
+            if lo_w is not None:
+                q = q.where(ColdSegment.epoch >= lo_w, ColdSegment.epoch <= hi_w)
+            if lo_t is not None:
+                q = q.where(ColdSegment.last_ts >= lo_t, ColdSegment.first_ts <= hi_t)
+            segments = list(await session.scalars(q.order_by(ColdSegment.epoch, ColdSegment.id)))
+            for s in segments:
+                session.expunge(s)
+    except ServiceError as exc:
+        if isinstance(exc, NotFound):
+            raise
+        raise await _refuse(ctx, who, rid, exc) from None
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="unlock.export",
+        target=f"unlock:{rid}",
+        detail={
+            "format": fmt,
+            "windows": [lo_w, hi_w],
+            "times": [lo_t.isoformat() if lo_t else None, hi_t.isoformat() if hi_t else None],
+            "segments": len(segments),
+        },
+    )
+    return _stream(ctx, who, rid, grant, segments, fmt, lo_t, hi_t)
+
+
+def _range(
+    r: UnlockRequest,
+    from_window: int | None,
+    to_window: int | None,
+    from_time: datetime | None,
+    to_time: datetime | None,
+) -> tuple[int | None, int | None, datetime | None, datetime | None]:
+    """The export's range: the request's, or a part of it; anything outside is refused."""
+    if r.from_epoch is not None:
+        if from_time is not None or to_time is not None:
+            raise ValidationError("this request is by windows: use from_window and to_window")
+        assert r.to_epoch is not None
+        lo = r.from_epoch if from_window is None else from_window
+        hi = r.to_epoch if to_window is None else to_window
+        if lo < r.from_epoch or hi > r.to_epoch or lo > hi:
+            raise Forbidden(
+                f"windows {lo}..{hi} are outside the request's windows {r.from_epoch}..{r.to_epoch}"
+            )
+        return lo, hi, None, None
+    if from_window is not None or to_window is not None:
+        raise ValidationError("this request is by time: use from_time and to_time")
+    assert r.from_ts is not None and r.to_ts is not None
+    lo_t = r.from_ts if from_time is None else from_time
+    hi_t = r.to_ts if to_time is None else to_time
+    if lo_t.tzinfo is None or hi_t.tzinfo is None:
+        raise ValidationError("from_time and to_time need a time zone (e.g. 'Z')")
+    if lo_t < r.from_ts or hi_t > r.to_ts or lo_t > hi_t:
+        raise Forbidden(
+            f"{lo_t.isoformat()}..{hi_t.isoformat()} is outside the request's time range"
+        )
+    return None, None, lo_t, hi_t
+
+
+def _in_time(entry_id: str, lo: datetime | None, hi: datetime | None) -> bool:
+    if lo is None or hi is None:
+        return True
+    ts = datetime.fromtimestamp(int(entry_id.split("-")[0]) / 1000, UTC)
+    return lo <= ts <= hi
+
+
+async def _stream(
+    ctx: AppContext,
+    who: Principal,
+    rid: str,
+    grant: Grant,
+    segments: list[ColdSegment],
+    fmt: ExportFormat,
+    lo_t: datetime | None,
+    hi_t: datetime | None,
+) -> AsyncIterator[bytes]:
+    if fmt == "arrow":
+        sink = io.BytesIO()
+        writer = pa.ipc.new_stream(sink, ARROW_SCHEMA)
+        yield _drain(sink)
+    for seg in segments:
+        if grant.private_key is None or grant.expires_at <= datetime.now(UTC):
+            break  # the grant ended during the export
+        items = await asyncio.to_thread(_read_all, seg, grant.private_key)
+        items = [i for i in items if i.error is not None or _in_time(i.entry_id or "", lo_t, hi_t)]
+        for i in items:
+            if i.error is not None:
+                await audit.record(
+                    ctx.sessionmaker,
+                    actor=who.key_id,
+                    action="coldstore.segment_failed",
+                    target=f"unlock:{rid}",
+                    detail={"segment": i.segment, "window": i.window, "reason": i.error},
+                )
+        if fmt == "ndjson":
+            yield b"".join(orjson.dumps(_as_dict(i)) + b"\n" for i in items)
+        else:
+            cols: dict[str, list[Any]] = {n: [] for n in ARROW_SCHEMA.names}
+            for i in items:
+                d = _as_dict(i)
+                cols["window"].append(i.window)
+                cols["entry_id"].append(i.entry_id)
+                cols["observation"].append(
+                    orjson.dumps(d["observation"]).decode() if i.row is not None else None
+                )
+                cols["segment"].append(i.segment)
+                cols["error"].append(i.error)
+            writer.write_batch(pa.record_batch(cols, schema=ARROW_SCHEMA))
+            yield _drain(sink)
+    if fmt == "arrow":
+        writer.close()
+        yield _drain(sink)
+
+
+def _read_all(seg: ColdSegment, private_key: Any) -> list[ExportItem]:
+    return list(read_segment(seg, private_key))
+
+
+def _as_dict(i: ExportItem) -> dict[str, Any]:
+    if i.error is not None:
+        return {"window": i.window, "segment": i.segment, "error": i.error}
+    row = i.row or {}
+    return {
+        "window": i.window,
+        "entry_id": i.entry_id,
+        "observation": {
+            "id": row.get("id"),
+            "features": row.get("f"),
+            "label": row.get("y"),
+            "event_time": row.get("t"),
+        },
+    }
+
+
+def _drain(buf: io.BytesIO) -> bytes:
+    data = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    return data
