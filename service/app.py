@@ -127,9 +127,6 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             if worker is not None:
                 worker.cancel()
                 await asyncio.gather(worker, return_exceptions=True)
-            from service.coldstore.unlock import vault_of
-
-            vault_of(own).wipe_all()
             await resources.close(own)
             if embedded is not None:
                 embedded.close()

@@ -81,6 +81,9 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
 
 
 async def close(ctx: AppContext) -> None:
+    vault = ctx.caches.get("vault")  # break-glass keys and shares leave memory with the process
+    if vault is not None:
+        vault.wipe_all()
     pending = list(ctx.caches.get("background", ()))
     if pending:  # e.g. a forced roll's preparation of the next window: let it finish
         await asyncio.gather(*pending, return_exceptions=True)

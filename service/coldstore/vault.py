@@ -20,6 +20,7 @@ from typing import Any
 class Grant:
     private_key: Any  # X25519PrivateKey
     expires_at: datetime
+    timer: Any = None  # the loop's TimerHandle that wipes it at expiry
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Vault:
         grant = self.grants.pop(request_id, None)
         if grant is not None:
             grant.private_key = None
+            if grant.timer is not None:
+                grant.timer.cancel()
 
     def wipe_all(self) -> None:
         for rid in list(self.pending) + list(self.grants):

@@ -1,0 +1,149 @@
+"""Issue 5's flow as an operator runs it, with the real CLI against `selectivity serve` on the
+embedded defaults: the first start creates the cold-store key (3 shares, threshold 2, in files
+with a warning); ingest, rolls, the in-process worker seals and expires; an analyst requests,
+two admins approve with their shares on stdin, the analyst exports; `audit verify` passes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+from tests.cli.test_serve import _free_port
+
+
+def _cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    p = subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
+    port = _free_port()
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
+    env |= {"SELECTIVITY_DATA_DIR": str(data), "SELECTIVITY_SCHEDULER_SECONDS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        admin = (data / "admin.key").read_text().strip()
+        shares = sorted((data / "coldstore-shares").glob("key*-share*.txt"))
+        assert len(shares) == 3 and all(p.stat().st_mode & 0o077 == 0 for p in shares)
+        h = {"Authorization": f"Bearer {admin}"}
+        body = {
+            "name": "clicks",
+            "features": [{"name": "user"}, {"name": "item"}],
+            "labels": ["0", "1"],
+            "hot_windows": 1,
+        }
+        assert httpx.post(f"{base}/v1/streams", headers=h, json=body).status_code == 201
+        producer = _cli(env, "admin", "create-key", "--role", "producer").strip()
+        analyst = _cli(env, "admin", "create-key", "--role", "analyst").strip()
+        admin2 = _cli(env, "admin", "create-key", "--role", "admin").strip()
+        obs = [
+            {"id": f"o{i}", "features": {"user": f"u{i % 3}", "item": f"i{i}"}, "label": str(i % 2)}
+            for i in range(40)
+        ]
+        r = httpx.post(
+            f"{base}/v1/streams/clicks/observations",
+            headers={"Authorization": f"Bearer {producer}"},
+            json={"observations": obs},
+        )
+        assert r.status_code == 202
+        for _ in range(2):
+            assert httpx.post(f"{base}/v1/streams/clicks/roll", headers=h).status_code == 200
+        deadline = time.time() + 60
+        while time.time() < deadline:  # the worker seals window 1, then expire deletes it
+            w = httpx.get(f"{base}/v1/streams/clicks/windows", headers=h).json()["windows"]
+            if any(x["epoch"] == 1 and x["hot_deleted_at"] for x in w):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"window 1 was not sealed and expired: {w}")
+
+        common = ["--url", base]
+        out = _cli(
+            env,
+            "unlock",
+            "request",
+            *common,
+            "--key",
+            analyst,
+            "--stream",
+            "clicks",
+            "--from-window",
+            "1",
+            "--to-window",
+            "1",
+            "--justification",
+            "ticket 42: verify a label",
+        )
+        rid = orjson.loads(out)["id"]
+        out = _cli(
+            env, "unlock", "approve", *common, "--key", admin, rid, stdin=shares[0].read_text()
+        )
+        assert orjson.loads(out)["status"] == "pending"
+        out = _cli(
+            env, "unlock", "approve", *common, "--key", admin2, rid, stdin=shares[2].read_text()
+        )
+        assert orjson.loads(out)["status"] == "granted"
+        dest = tmp_path / "export.ndjson"
+        _cli(env, "unlock", "export", *common, "--key", analyst, rid, "--out", str(dest))
+        lines = [orjson.loads(x) for x in dest.read_bytes().splitlines()]
+        assert sorted(x["observation"]["id"] for x in lines) == sorted(f"o{i}" for i in range(40))
+        assert dest.stat().st_mode & 0o077 == 0
+        _cli(env, "unlock", "close", *common, "--key", analyst, rid)
+        out = _cli(env, "audit", "verify")
+        assert out.startswith("ok:")
+        actions = [
+            e["action"]
+            for e in httpx.get(f"{base}/v1/admin/audit?limit=1000", headers=h).json()["entries"]
+        ]
+        for a in (
+            "coldstore.init_key",
+            "stream.create",
+            "admin.create_key",
+            "stream.forced_roll",
+            "unlock.request",
+            "unlock.approve",
+            "unlock.grant",
+            "unlock.export",
+            "unlock.close",
+        ):
+            assert a in actions, a
+        proc.send_signal(signal.SIGTERM)
+        log, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "belong OFFLINE" in log
+    for p in shares:  # no share, and no observation, in the server's log
+        assert p.read_text().strip() not in log
+    assert "u1" not in log.split() and "o17" not in log
