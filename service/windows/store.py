@@ -3,6 +3,8 @@ count-period aggregate, the hot stream (DESIGN §3, §7). No rules here: see ``s
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -11,10 +13,13 @@ from typing import Any, cast
 import numpy as np
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from service.keys import Keys
 from service.lua import source
 from service.streams.runtime import StreamRuntime
+
+log = logging.getLogger("selectivity.windows")
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -215,5 +220,15 @@ class WindowStore:
         value = raw.get("appendonly", raw.get(b"appendonly"))
         if value not in ("yes", b"yes"):
             return False
-        await self.r.bgrewriteaof()
-        return True
+        # A rewrite already under way may have started before the delete: wait for it, then
+        # start ours (Redis refuses a second one while one runs).
+        for _ in range(600):
+            try:
+                await self.r.bgrewriteaof()
+                return True
+            except ResponseError as exc:
+                if "already in progress" not in str(exc):
+                    raise
+            await asyncio.sleep(0.05)
+        log.error("could not start an AOF rewrite: one has been running for 30 s")
+        return False

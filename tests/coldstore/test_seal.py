@@ -230,3 +230,16 @@ async def test_canary_is_nowhere_after_seal_and_expire(
     for p in cold:
         assert canary.encode() not in p.read_bytes()
     assert canary not in caplog.text
+
+
+async def test_aof_rewrites_back_to_back_both_start(ctx: AppContext, backend) -> None:  # type: ignore[no-untyped-def]
+    """A rewrite requested while one runs waits for it and then runs (the first may have
+    started before the delete it is meant to flush out)."""
+    if backend.embedded is None:
+        pytest.skip("the shared test Redis runs without persistence")
+    store = store_of(ctx)
+    await ctx.redis.set(f"{ctx.keys.prefix}:bulk", b"x" * 5_000_000)
+    assert await store.rewrite_aof()
+    assert await store.rewrite_aof()
+    await _wait_aof_rewrite(ctx)
+    await ctx.redis.delete(f"{ctx.keys.prefix}:bulk")
