@@ -21,7 +21,7 @@ from service.admin import router as admin_router
 from service.admin.service import bootstrap_admin
 from service.audit import router as audit_router
 from service.coldstore import router as coldstore_router
-from service.coldstore.service import init_embedded_key
+from service.coldstore.service import init_embedded_key, warn_without_key
 from service.config import Settings
 from service.context import AppContext
 from service.errors import ServiceError
@@ -115,6 +115,8 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             log.warning("created the bootstrap admin key in %s (mode 0600)", path)
         if embedded is not None:
             await init_embedded_key(own)
+        else:
+            await warn_without_key(own)
         worker = None
         if settings.run_worker_in_process:
             from service.context import make_process_pool

@@ -359,3 +359,12 @@ async def init_embedded_key(ctx: AppContext) -> None:
         "(anyone holding two can decrypt the cold store)",
         d,
     )
+
+
+async def warn_without_key(ctx: AppContext) -> None:
+    async with ctx.sessionmaker() as session:
+        if await active_key(session) is None:
+            log.warning(
+                "no cold-store key: hot data will not be sealed, so it is never deleted. "
+                "Run `selectivity admin init-coldstore --shares N --threshold M` (key ceremony)"
+            )
