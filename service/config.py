@@ -30,6 +30,9 @@ class Settings(BaseSettings):
 
     # Worker cadence: how often the scheduler looks for due rolls.
     scheduler_seconds: float = Field(default=5.0, gt=0)
+    # The per-stream roll lock expires this long after its holder stops renewing it (a killed
+    # roll frees it within this time); the holder renews it every third of it.
+    roll_lock_seconds: float = Field(default=30.0, ge=1.0, le=3600.0)
     # Idempotency keys live at least this long (and at least as long as the window's hot data).
     idempotency_ttl_seconds: int = Field(default=7 * 86400, ge=60)
     # Seconds an API process trusts its cached key lookups.

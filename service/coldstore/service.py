@@ -222,8 +222,7 @@ async def seal_stream(
                 stats.problems += 1
     if stats.windows_sealed:
         rt = await streams.runtime(ctx=ctx, name=name)
-        lock = store.lock(name, "roll", timeout=windows.ROLL_LOCK_SECONDS, blocking_timeout=60)
-        async with lock:
+        async with windows.stream_lock(ctx, name):
             epoch = await store.epoch(name)
             if epoch is not None:
                 await windows.expire(ctx=ctx, rt=rt, epoch=epoch)

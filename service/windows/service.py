@@ -9,16 +9,19 @@ and a roll request that finds an unfinished roll completes that one first.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 import numpy as np
+from redis.exceptions import LockError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
 from service.core.noise import sample_noise
-from service.errors import NotFound
+from service.errors import NotFound, Unavailable
 from service.models import service as models
 from service.streams import repository
 from service.streams import service as streams
@@ -29,7 +32,33 @@ from service.windows.store import Aggregate, WindowStore
 
 log = logging.getLogger("selectivity.windows")
 INT32_MAX = 2**31 - 1
-ROLL_LOCK_SECONDS = 300.0
+ROLL_LOCK_WAIT_SECONDS = 600.0  # a caller waits this long for a running roll to finish
+
+
+@contextlib.asynccontextmanager
+async def stream_lock(ctx: AppContext, name: str) -> AsyncIterator[None]:
+    """The per-stream roll lock (rolls, and expire outside a roll), renewed while held: it
+    expires ``roll_lock_seconds`` after its holder dies, so a killed roll blocks the next one
+    for at most that long, however long a live roll takes."""
+    ttl = ctx.settings.roll_lock_seconds
+    lock = store_of(ctx).lock(name, "roll", timeout=ttl, blocking_timeout=ROLL_LOCK_WAIT_SECONDS)
+    if not await lock.acquire():
+        raise Unavailable(f"stream {name!r} is being rolled by another process; retry later")
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            await lock.reacquire()
+
+    keeper = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await keeper
+        with contextlib.suppress(LockError):  # expired while we were stalled: nothing to free
+            await lock.release()
 
 
 def noise_tables(
@@ -163,9 +192,7 @@ async def roll(
     ``window_seconds`` old. ``step`` is called after each durable step (tests inject crashes)."""
     mark = step or (lambda _name: None)
     store = store_of(ctx)
-    async with store.lock(
-        name, "roll", timeout=ROLL_LOCK_SECONDS, blocking_timeout=ROLL_LOCK_SECONDS
-    ):
+    async with stream_lock(ctx, name):
         now = now or datetime.now(UTC)
         async with ctx.sessionmaker() as session, session.begin():
             stream = await repository.get_by_name(session, name, for_update=True)
