@@ -5,8 +5,6 @@ two admins approve with their shares on stdin, the analyst exports; `audit verif
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +13,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from tests.cli.test_serve import _free_port
+from tests.serving import serving
 
 
 def _cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
@@ -32,26 +30,8 @@ def _cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
 
 
 def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
-    port = _free_port()
-    data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
-    env |= {"SELECTIVITY_DATA_DIR": str(data), "SELECTIVITY_SCHEDULER_SECONDS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+    with serving(tmp_path, SCHEDULER_SECONDS="1") as server:
+        env, base, data = server.env, server.base, server.data_dir
         admin = (data / "admin.key").read_text().strip()
         shares = sorted((data / "coldstore-shares").glob("key*-share*.txt"))
         assert len(shares) == 3 and all(p.stat().st_mode & 0o077 == 0 for p in shares)
@@ -137,12 +117,8 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             "unlock.close",
         ):
             assert a in actions, a
-        proc.send_signal(signal.SIGTERM)
-        log, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        server.stop()
+    log = server.log
     assert "belong OFFLINE" in log
     for p in shares:  # no share, and no observation, in the server's log
         assert p.read_text().strip() not in log

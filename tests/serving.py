@@ -1,0 +1,78 @@
+"""`selectivity serve` in a subprocess on the embedded defaults, as `make run` starts it, for
+the tests that drive the real server (CLI, browser)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base: str
+    data_dir: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[str]
+    log: str = ""
+    returncode: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def admin_key(self) -> str:
+        return (self.data_dir / "admin.key").read_text().strip()
+
+    def stop(self) -> None:
+        """SIGTERM, as Ctrl-C would; keeps the server's output in ``log``."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.log, _ = self.proc.communicate(timeout=30)
+        self.returncode = self.proc.returncode
+
+
+@contextmanager
+def serving(tmp_path: Path, **settings: str) -> Iterator[Server]:
+    """A server on a free port with its data dir under ``tmp_path``; ``settings`` are extra
+    SELECTIVITY_* variables (e.g. SCHEDULER_SECONDS="1"). Waits for /readyz."""
+    port = free_port()
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
+    env["SELECTIVITY_DATA_DIR"] = str(data)
+    env |= {f"SELECTIVITY_{k}": v for k, v in settings.items()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = Server(f"http://127.0.0.1:{port}", data, env, proc)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{server.base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {proc.communicate()[0][-3000:]}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            server.log += proc.communicate()[0]
