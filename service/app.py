@@ -29,9 +29,11 @@ from service.features import router as features_router
 from service.ingest import router as ingest_router
 from service.models import router as models_router
 from service.privacy import router as privacy_router
+from service.queues import router as queues_router
 from service.reference import router as reference_router
 from service.selection import router as selection_router
 from service.streams import router as streams_router
+from service.web import router as web_router
 from service.windows import router as windows_router
 
 log = logging.getLogger("selectivity")
@@ -179,6 +181,9 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         models_router.router,
         reference_router.router,
         privacy_router.router,
+        privacy_router.calculator_router,
+        queues_router.router,
+        web_router.router,
         selection_router.router,
         admin_router.router,
         audit_router.router,

@@ -138,6 +138,31 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
         )
 
 
+def cmd_privacy_kanon(args: argparse.Namespace) -> None:
+    """(β, k, ε) → δ, or solve for k or β given --delta (Li, Qardaji & Su, Thm 5)."""
+    from pydantic import ValidationError as PydanticError
+
+    from service.privacy.schemas import KAnonIn
+    from service.privacy.service import calculate
+
+    try:
+        body = KAnonIn(beta=args.beta, k=args.k, epsilon=args.epsilon, delta=args.delta)
+        out = calculate(body)
+    except PydanticError as exc:
+        msgs = [
+            (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "")
+            + str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
+        ]
+        sys.exit("error: " + "; ".join(msgs))
+    except Exception as exc:  # ValidationError of an unreachable target: a clear line
+        sys.exit(f"error: {getattr(exc, 'detail', exc)}")
+    print(
+        f"beta={out.beta:.6g} k={out.k} epsilon={out.epsilon:.6g} delta={out.delta:.6g} "
+        f"(ln delta={out.log_delta:.6g}; solved for {out.solved_for}; max at n={out.n_max})"
+    )
+
+
 BENCHES = ("accuracy", "speed", "roll", "selection", "seal")  # roll also measures memory per window
 
 
@@ -194,6 +219,19 @@ def main(argv: list[str] | None = None) -> None:
     rq.add_argument("--stream", required=True)
     rq.add_argument("--out", default=None, help="PNG path (default quality-<stream>.png)")
     rq.set_defaults(fn=cmd_report_quality)
+    pv = sub.add_parser("privacy", help="privacy calculators").add_subparsers(
+        dest="privacy", required=True
+    )
+    ka = pv.add_parser(
+        "k-anon",
+        help="(epsilon, delta) of beta-sampling then k-anonymity; omit --k or --beta "
+        "and give --delta to solve for it",
+    )
+    ka.add_argument("--beta", type=float, default=None)
+    ka.add_argument("--k", type=int, default=None)
+    ka.add_argument("--epsilon", type=float, required=True)
+    ka.add_argument("--delta", type=float, default=None, help="target delta (to solve)")
+    ka.set_defaults(fn=cmd_privacy_kanon)
     bp = sub.add_parser("bench", help="run a benchmark; appends its figures to BENCHMARKS.md")
     bp.add_argument("name", choices=BENCHES)
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")

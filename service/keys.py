@@ -45,3 +45,15 @@ class Keys:
 
     def window_pattern(self, s: str, w: int) -> str:
         return f"{self.prefix}:{{{s}:{w}}}:*"
+
+    # annotation queue level: every key of a queue shares the tag {q:<queue>}
+    def queue(self, q: str, what: str) -> str:
+        """``what``: hll, cmm, cmm_totals, watch, released, pool, scores, leases, owners,
+        tasks, labelled, stats."""
+        return f"{self.prefix}:{{q:{q}}}:{what}"
+
+    def queue_skipped(self, q: str, owner: str) -> str:
+        return f"{self.prefix}:{{q:{q}}}:skipped:{owner}"
+
+    def queue_pattern(self, q: str) -> str:
+        return f"{self.prefix}:{{q:{q}}}:*"

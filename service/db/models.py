@@ -282,3 +282,46 @@ class AuditEntry(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
     prev_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
     hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class AnnotationQueue(Base):
+    """An annotation queue (DESIGN §11): β, k, labels, payload kind and the rest in ``config``.
+    ``secret`` keys the HMAC that names candidates in the sketch, the HyperLogLog and the
+    exact counts, so Redis never holds a raw candidate before its release. (It is beside the
+    queue here: an attacker with SQL as well as Redis could test guesses, but a copy of Redis
+    alone, or of its persistence files, reveals only keyed digests.)"""
+
+    __tablename__ = "annotation_queue"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stream_id: Mapped[int | None] = mapped_column(
+        ForeignKey("stream.id", ondelete="CASCADE"), index=True, default=None
+    )
+    secret: Mapped[bytes] = mapped_column(LargeBinary(32))
+    created_by: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AnnotationTask(Base):
+    """A released example: k-anonymous after β-sampling, so its canonical payload may be
+    stored and shown to annotators. ``key_hash`` (the candidate's keyed digest) is unique per
+    queue: one release per distinct key. The label, once given, is final."""
+
+    __tablename__ = "annotation_task"
+    __table_args__ = (UniqueConstraint("queue_id", "key_hash"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(40), unique=True)
+    queue_id: Mapped[int] = mapped_column(
+        ForeignKey("annotation_queue.id", ondelete="CASCADE"), index=True
+    )
+    key_hash: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    uncertainty: Mapped[float] = mapped_column()
+    released_at: Mapped[datetime] = mapped_column(default=utcnow)
+    label: Mapped[str | None] = mapped_column(String(64), default=None)
+    labelled_by: Mapped[str | None] = mapped_column(String(32), default=None)
+    labelled_at: Mapped[datetime | None] = mapped_column(default=None)
+    observation_window: Mapped[int | None] = mapped_column(Integer, default=None)

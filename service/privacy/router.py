@@ -4,8 +4,9 @@ import orjson
 from fastapi import APIRouter, Response
 
 from service.deps import AnyKey, SessionDep
-from service.errors import NotFound, error_responses
+from service.errors import NotFound, ValidationError, error_responses
 from service.privacy import service
+from service.privacy.schemas import KAnonIn, KAnonOut
 from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["privacy"])
@@ -26,3 +27,17 @@ async def privacy(session: SessionDep, _: AnyKey, stream: str = StreamPath) -> R
     return Response(
         orjson.dumps(await service.get(session=session, name=stream)), media_type="application/json"
     )
+
+
+calculator_router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
+
+
+@calculator_router.post(
+    "/sampling-k-anonymity",
+    response_model=KAnonOut,
+    responses=error_responses(ValidationError),
+)
+async def sampling_k_anonymity(body: KAnonIn, _: AnyKey) -> KAnonOut:
+    """(β, k, ε) → δ by Li, Qardaji & Su's Theorem 5; omit k or beta and give delta to solve
+    for the smallest k or the largest β that reaches it."""
+    return await service.sampling_k_anonymity(body)

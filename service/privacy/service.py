@@ -3,18 +3,42 @@ configuration, by ``service.core.accounting``."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.core.accounting import compose, selection_part, table_part
+from service.core import kanon
+from service.core.accounting import SOURCES, Guarantee, Part, compose, selection_part, table_part
+from service.errors import ValidationError
+from service.privacy.schemas import KAnonIn, KAnonOut
+from service.queues import service as queues
 from service.streams import service as streams
 from service.streams.runtime import noise_for
 from service.streams.schemas import StreamCreate
 
+KANON_SOURCE = queues.SOURCE + "; δ searched over n in log space with a Chernoff stop"
 
-def ledger(cfg: StreamCreate) -> dict[str, Any]:
+
+def with_queues(g: Guarantee, queue_parts: Sequence[Part]) -> Guarantee:
+    """The stream's guarantee composed with its record queues' (ε, δ) parts by basic
+    composition (the queue parts are (ε, δ)-DP, not zCDP, so they join after any zCDP
+    composition of the table parts)."""
+    if not queue_parts:
+        return g
+    return Guarantee(
+        g.unit,
+        [*g.parts, *queue_parts],
+        g.epsilon + sum(p.epsilon for p in queue_parts),
+        g.delta + sum(p.delta for p in queue_parts),
+        None,
+        f"{g.composition}; then, with the annotation queues, {SOURCES['basic']}",
+    )
+
+
+def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any]:
     p = cfg.privacy
     noise = noise_for(cfg)
     params = {
@@ -42,13 +66,21 @@ def ledger(cfg: StreamCreate) -> dict[str, Any]:
     if rounds:
         per_obs.append(selection_part(epsilon_selection=p.epsilon_selection, rounds=rounds))
     out: dict[str, Any] = {
-        "observation": asdict(compose(per_obs, delta=p.delta, unit="observation")),
+        "observation": asdict(
+            with_queues(compose(per_obs, delta=p.delta, unit="observation"), queue_parts)
+        ),
         "user": None,
-        "annotation_queue": None,
+        "annotation_queue": [asdict(q) for q in queue_parts] or None,
         "notes": [
             "Windows hold disjoint observations: one observation is in one window's tables.",
             f"Selection reads the hot period; an observation is in it for {h} rolls.",
-            "No annotation queue is linked to this stream.",
+            (
+                f"{len(queue_parts)} annotation queue(s) of this stream's records: each "
+                "release is (ε, δ)-DP for one submitted record (Li, Qardaji & Su, Thm 5); "
+                "composed with the tables by basic composition, per observation only."
+                if queue_parts
+                else "No annotation queue is linked to this stream."
+            ),
         ],
     }
     if p.user_key:
@@ -77,4 +109,40 @@ def ledger(cfg: StreamCreate) -> dict[str, Any]:
 
 async def get(*, session: AsyncSession, name: str) -> dict[str, Any]:
     stream = await streams.get(session=session, name=name)
-    return {"stream": name, **ledger(StreamCreate.model_validate(stream.config))}
+    parts = await queues.ledger_parts(session=session, stream_id=stream.id)
+    return {"stream": name, **ledger(StreamCreate.model_validate(stream.config), parts)}
+
+
+async def sampling_k_anonymity(body: KAnonIn) -> KAnonOut:
+    """The calculator, off the event loop (an inverse search takes up to about a second)."""
+    return await asyncio.to_thread(calculate, body)
+
+
+def calculate(body: KAnonIn) -> KAnonOut:
+    """δ from (β, k, ε), or the smallest k / largest β that reaches a target δ (DESIGN §11)."""
+    try:
+        if body.beta is not None and body.k is not None:
+            r, solved = kanon.delta(k=body.k, beta=body.beta, epsilon=body.epsilon), "delta"
+        elif body.k is None:
+            assert body.beta is not None and body.delta is not None
+            r = kanon.smallest_k(beta=body.beta, epsilon=body.epsilon, target_delta=body.delta)
+            solved = "k"
+        else:
+            assert body.delta is not None
+            r = kanon.largest_beta(k=body.k, epsilon=body.epsilon, target_delta=body.delta)
+            solved = "beta"
+    except ValueError as exc:  # unreachable targets; the message names the inputs
+        raise ValidationError(str(exc)) from exc
+    return KAnonOut(
+        beta=r.beta,
+        k=r.k,
+        epsilon=r.epsilon,
+        delta=r.delta,
+        log_delta=r.log_delta,
+        solved_for=solved,  # type: ignore[arg-type]
+        target_delta=body.delta,
+        gamma=r.gamma,
+        n_m=r.n_m,
+        n_max=r.n_max,
+        source=KANON_SOURCE,
+    )

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from service.admin.service import Principal
+from service.deps import AnyKey, CtxDep, SessionDep, require
+from service.errors import (
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    ValidationError,
+    error_responses,
+)
+from service.queues import service
+from service.queues.schemas import (
+    MAX_NEXT,
+    CandidatesIn,
+    CandidatesOut,
+    LabelIn,
+    LabelOut,
+    LabelsOut,
+    LeaseOut,
+    PrivacyOut,
+    QueueCreate,
+    QueueList,
+    QueueOut,
+    SkipOut,
+    StatsOut,
+    TasksOut,
+)
+from service.streams.schemas import NAME_PATTERN
+
+router = APIRouter(prefix="/v1/queues", tags=["queues"])
+QueuePath = Path(pattern=NAME_PATTERN, max_length=64)
+TaskPath = Path(pattern=r"^t_[0-9a-f]{16}$")
+
+CuratorKey = Annotated[Principal, Depends(require("curator"))]
+AnnotatorKey = Annotated[Principal, Depends(require("annotator"))]
+QueueKey = Annotated[Principal, Depends(require("curator", "annotator"))]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=QueueOut,
+    responses=error_responses(Conflict, NotFound, ValidationError),
+)
+async def create_queue(body: QueueCreate, session: SessionDep, who: CuratorKey) -> QueueOut:
+    return await service.create(session=session, queue_in=body, created_by=who.key_id)
+
+
+@router.get("", response_model=QueueList)
+async def list_queues(session: SessionDep, _: QueueKey) -> QueueList:
+    return QueueList(queues=await service.list_out(session=session))
+
+
+@router.get("/{queue}", response_model=QueueOut, responses=error_responses(NotFound))
+async def get_queue(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> QueueOut:
+    return await service.get_out(ctx=ctx, name=queue)
+
+
+@router.post(
+    "/{queue}/candidates",
+    response_model=CandidatesOut,
+    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
+)
+async def candidates(
+    body: CandidatesIn, ctx: CtxDep, _: CuratorKey, queue: str = QueuePath
+) -> CandidatesOut:
+    return await service.submit(ctx=ctx, name=queue, body=body)
+
+
+@router.get("/{queue}/next", response_model=TasksOut, responses=error_responses(NotFound))
+async def next_tasks(
+    ctx: CtxDep,
+    who: AnnotatorKey,
+    queue: str = QueuePath,
+    n: int = Query(default=1, ge=1, le=MAX_NEXT, description="how many tasks to lease"),
+) -> TasksOut:
+    return await service.next_tasks(ctx=ctx, name=queue, owner=who.key_id, n=n)
+
+
+@router.post(
+    "/{queue}/tasks/{task_id}/heartbeat",
+    response_model=LeaseOut,
+    responses=error_responses(NotFound, Conflict),
+)
+async def heartbeat(
+    ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
+) -> LeaseOut:
+    return await service.heartbeat(ctx=ctx, name=queue, task_id=task_id, owner=who.key_id)
+
+
+@router.post(
+    "/{queue}/tasks/{task_id}/skip",
+    response_model=SkipOut,
+    responses=error_responses(NotFound, Conflict),
+)
+async def skip(
+    ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
+) -> SkipOut:
+    return await service.skip(ctx=ctx, name=queue, task_id=task_id, owner=who.key_id)
+
+
+@router.post(
+    "/{queue}/tasks/{task_id}/label",
+    response_model=LabelOut,
+    responses=error_responses(NotFound, Conflict, ValidationError, Unavailable),
+)
+async def label(
+    body: LabelIn, ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
+) -> LabelOut:
+    return await service.label(
+        ctx=ctx, name=queue, task_id=task_id, owner=who.key_id, label=body.label
+    )
+
+
+@router.get("/{queue}/labels", response_model=LabelsOut, responses=error_responses(NotFound))
+async def labels(
+    ctx: CtxDep,
+    _: CuratorKey,
+    queue: str = QueuePath,
+    after: int = Query(default=0, ge=0, description="the next_after of the previous page"),
+    limit: int = Query(default=1000, ge=1, le=10_000),
+) -> LabelsOut:
+    return await service.labels(ctx=ctx, name=queue, after=after, limit=limit)
+
+
+@router.get("/{queue}/stats", response_model=StatsOut, responses=error_responses(NotFound))
+async def stats(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> StatsOut:
+    return await service.stats(ctx=ctx, name=queue)
+
+
+@router.get("/{queue}/privacy", response_model=PrivacyOut, responses=error_responses(NotFound))
+async def privacy(ctx: CtxDep, _: AnyKey, queue: str = QueuePath) -> PrivacyOut:
+    return await service.privacy(ctx=ctx, name=queue)
