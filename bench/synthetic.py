@@ -102,7 +102,7 @@ class ClickLog:
                 np.uint64(0xFFFFFFFF)
             )
             names = _hex8(scrambled.astype(np.uint32)).astype(object)
-            out.append(np.append(names, None))
+            out.append(np.concatenate([names, np.array([None], dtype=object)]))
         return out
 
     def categorical(self, j: int, start: int = 0, stop: int | None = None) -> np.ndarray:

@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     from service import cli_coldstore
 
     cli_coldstore.register(sub, admin)
+    from service import demo
+
+    demo.register(sub)
     rp = sub.add_parser("report", help="reports").add_subparsers(dest="report", required=True)
     rq = rp.add_parser("quality", help="PNG of the reference model's quality per epoch")
     rq.add_argument("--stream", required=True)
