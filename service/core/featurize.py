@@ -179,6 +179,12 @@ def _encode_numeric(values: Sequence[object], spec: FeatureSpec) -> Encoded | No
         none = np.zeros(x.shape, dtype=bool)
         if nan.size:
             none[nan] = [values[i] is None for i in nan.tolist()]
+    return encode_numbers(x, none, spec)
+
+
+def encode_numbers(x: np.ndarray, none: np.ndarray, spec: FeatureSpec) -> Encoded:
+    """Codes and keys of a numeric feature from its values as float64 (``none``: the missing
+    ones), as ``encode_column`` gives them: each value's bucket, missing values ``MISSING``."""
     edges = np.asarray(spec.buckets, dtype=np.float64)
     buckets = np.searchsorted(edges, x, side="right")  # bucket_index; NaN past the last edge
     buckets[none] = len(edges) + 1

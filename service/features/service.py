@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -32,6 +33,7 @@ from service.core.featurize import (
 )
 from service.core.sketch import KeyHasher, estimate_stacked
 from service.errors import PayloadTooLarge, Unavailable
+from service.features import hotrows
 from service.features.store import FeatureStore
 from service.features.validation import check_rows
 from service.streams import service as streams
@@ -40,6 +42,8 @@ from service.windows.service import store_of
 from service.windows.store import Aggregate
 
 TRAINSET_CHUNK = 5000
+IPC_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, length 0
+TRAINSET_PARALLEL = 2  # chunks featurized at once by one train-set download
 
 
 ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
@@ -111,21 +115,43 @@ class Featurizer:
 
     def transform_columns(self, columns: Mapping[str, Sequence[object]], n_rows: int) -> np.ndarray:
         """The same from columns (feature name → ``n_rows`` values; an absent name is null)."""
-        rt, spec = self.rt, self.rt.spec
+        encoded, raw = self.encode_columns(columns, n_rows)
+        return self.transform_encoded(encoded, raw, n_rows)
+
+    def encode_columns(
+        self, columns: Mapping[str, Sequence[object]], n_rows: int
+    ) -> tuple[dict[str, Encoded], list[np.ndarray]]:
+        """Codes of every feature a table uses (``encode_column``) and the passthrough values,
+        the input of ``transform_encoded``."""
         missing: list[object] = [None] * n_rows
 
         def column(name: str) -> Sequence[object]:
             col = columns.get(name)
             return missing if col is None else col
 
-        specs = {f.name: f for f in rt.features}
-        encoded: dict[str, Encoded] = {}
-        per_table: list[Encoded] = []
-        for t in rt.tables:
-            for f in t.features:
-                if f not in encoded:
-                    encoded[f] = encode_column(column(f), specs[f])
-            per_table.append(combine_codes([encoded[f] for f in t.features]))
+        specs = {f.name: f for f in self.rt.features}
+        encoded = {f: encode_column(column(f), specs[f]) for f in self.encoded_features}
+        return encoded, [passthrough_values(column(f)) for f in self.rt.passthrough]
+
+    @property
+    def encoded_features(self) -> list[str]:
+        """The features some table reads, in the order of the tables."""
+        return list(dict.fromkeys(f for t in self.rt.tables for f in t.features))
+
+    def transform_encoded(
+        self,
+        encoded: Mapping[str, Encoded],
+        raw: Sequence[np.ndarray],
+        n_rows: int,
+        *,
+        by_column: bool = False,
+    ) -> np.ndarray:
+        """``transform`` from each feature's codes (``encode_column``; every feature of
+        ``encoded_features``) and the passthrough columns' values: ``(n_rows, len(columns))``,
+        or with ``by_column`` its transpose ``(len(columns), n_rows)``, C-contiguous (each
+        column one flat array, as Arrow takes them)."""
+        rt, spec = self.rt, self.rt.spec
+        per_table = [combine_codes([encoded[f] for f in t.features]) for t in rt.tables]
         sizes = np.array([len(e.keys) for e in per_table], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         buckets, signs = self.hasher.hash_many(
@@ -136,7 +162,16 @@ class Featurizer:
             est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
         )
         n_tab, width = len(rt.tables), derived.shape[1]
-        raw = [passthrough_values(column(f)) for f in rt.passthrough]
+        if by_column:
+            out_t = np.empty((n_tab * width + len(raw), n_rows), dtype=np.float64)
+            if n_rows and per_table:
+                derived_t = np.ascontiguousarray(derived.T)  # (width, keys): rows are columns
+                for j, e in enumerate(per_table):
+                    block = out_t[j * width : (j + 1) * width]
+                    np.take(derived_t, e.codes + starts[j], axis=1, out=block, mode="clip")
+            for k, values in enumerate(raw):
+                out_t[n_tab * width + k] = values
+            return out_t
         out = np.empty((n_rows, n_tab * width + len(raw)), dtype=np.float64)
         if n_rows and per_table:
             # Block by block: each row's key in every table, then one take of their derived
@@ -286,70 +321,90 @@ def _feature_store(ctx: AppContext) -> FeatureStore:
 async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
     """The hot period of the served epoch, read in chunks up to a snapshot of each window's
     last entry, featurized chunk by chunk (never built whole in memory). A chunk arrives as
-    one string of JSON rows (``FeatureStore.hot_chunk``), read while the previous one is
-    parsed, featurized and turned into a record batch in a worker thread."""
+    one string of JSON rows (``FeatureStore.hot_chunk``); the next one is read while it is
+    parsed, featurized and turned into a record batch in a worker thread, and up to
+    ``TRAINSET_PARALLEL`` chunks are featurized at once (most of the work is numpy, which
+    releases the GIL); batches come out in order."""
     windows = store_of(ctx)
     store = _feature_store(ctx)
     rt = fz.rt
     schema = _schema(fz)
     lo, hi = rt.hot_period(fz.epoch)
-    for w in range(max(lo, 1), hi + 1):
-        last = await windows.hot_last_id(rt.name, w)
-        if last is None:
-            continue
-        # Read the next chunk while this one is being featurized.
-        ahead = asyncio.ensure_future(store.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
-        try:
+    working: deque[asyncio.Future[pa.RecordBatch]] = deque()
+    ahead: asyncio.Future[tuple[bytes, int, bytes] | None] | None = None
+    try:
+        for w in range(max(lo, 1), hi + 1):
+            last = await windows.hot_last_id(rt.name, w)
+            if last is None:
+                continue
+            ahead = asyncio.ensure_future(store.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
             while True:
                 chunk = await ahead
                 if chunk is None:
                     break
                 last_read, n, rows = chunk
                 more = last_read != last and n >= TRAINSET_CHUNK
-                if more:
+                if more:  # read the next chunk while this one is featurized
                     ahead = asyncio.ensure_future(
                         store.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
                     )
-                yield await asyncio.to_thread(_record_batch, fz, schema, w, rows)
+                working.append(
+                    asyncio.ensure_future(asyncio.to_thread(_record_batch, fz, schema, w, rows))
+                )
+                if len(working) >= TRAINSET_PARALLEL:
+                    yield await working.popleft()
                 if not more:
                     break
-        finally:
-            ahead.cancel()  # the consumer stopped early: drop the read ahead (no-op when done)
+        while working:
+            yield await working.popleft()
+    finally:  # the consumer stopped early: drop the read ahead and the batches not taken
+        if ahead is not None:
+            ahead.cancel()  # (a no-op when done)
+        for job in working:
+            job.cancel()
 
 
 def _record_batch(fz: Featurizer, schema: pa.Schema, window: int, rows: bytes) -> pa.RecordBatch:
     """One chunk of hot rows (``row,row,...`` JSON) → a record batch of the train set."""
-    recs = orjson.loads(b"[" + rows + b"]")
-    matrix = fz.transform([r["f"] for r in recs])
-    columns = np.ascontiguousarray(matrix.T)  # one transposing copy; then each column is flat
+    specs = {f.name: f for f in fz.rt.features}
+    chunk = hotrows.parse_chunk(
+        rows, encode=[specs[f] for f in fz.encoded_features], passthrough=fz.rt.passthrough
+    )
+    columns = fz.transform_encoded(chunk.encoded, chunk.raw, chunk.n_rows, by_column=True)
     arrays = [
-        pa.array([r["id"] for r in recs], pa.string()),
-        pa.array([r["t"] for r in recs], pa.string()),
-        pa.array(np.full(len(recs), window, np.int64)),
-        pa.array([r["y"] for r in recs], pa.string()),
+        chunk.ids,
+        chunk.times,
+        pa.array(np.full(chunk.n_rows, window, np.int64)),
+        chunk.labels,
     ]
     arrays += [pa.array(col) for col in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, AsyncIterator[bytes]]:
+async def trainset(
+    *, ctx: AppContext, name: str, fmt: Format
+) -> tuple[int, AsyncIterator[bytes | memoryview]]:
     fz = await featurizer(ctx=ctx, name=name)
     schema = _schema(fz)
 
-    async def arrow_like() -> AsyncIterator[bytes]:
-        buf = io.BytesIO()
-        writer: pa.ipc.RecordBatchStreamWriter | pq.ParquetWriter
-        writer = pa.ipc.new_stream(buf, schema) if fmt == "arrow" else pq.ParquetWriter(buf, schema)
+    async def arrow() -> AsyncIterator[bytes | memoryview]:
+        """The IPC stream format written message by message, each straight from the buffer
+        Arrow serialises it into (byte for byte what ``pa.ipc.new_stream`` writes)."""
+        yield memoryview(schema.serialize())
         async for batch in train_batches(ctx, fz):
-            if fmt == "arrow":
-                writer.write_batch(batch)
-            else:
-                writer.write_table(pa.Table.from_batches([batch]))
+            yield memoryview(batch.serialize())
+        yield IPC_END_OF_STREAM
+
+    async def parquet() -> AsyncIterator[bytes | memoryview]:
+        buf = io.BytesIO()
+        writer = pq.ParquetWriter(buf, schema)
+        async for batch in train_batches(ctx, fz):
+            writer.write_table(pa.Table.from_batches([batch]))
             yield _drain(buf)
         writer.close()
         yield _drain(buf)
 
-    async def ndjson() -> AsyncIterator[bytes]:
+    async def ndjson() -> AsyncIterator[bytes | memoryview]:
         names = schema.names
         async for batch in train_batches(ctx, fz):
             cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
@@ -359,7 +414,7 @@ async def trainset(*, ctx: AppContext, name: str, fmt: Format) -> tuple[int, Asy
             ]
             yield b"\n".join(lines) + b"\n"
 
-    return fz.epoch, (ndjson() if fmt == "ndjson" else arrow_like())
+    return fz.epoch, {"arrow": arrow, "parquet": parquet, "ndjson": ndjson}[fmt]()
 
 
 def _drain(buf: io.BytesIO) -> bytes:
