@@ -30,6 +30,8 @@ class Settings(BaseSettings):
 
     # Worker cadence: how often the scheduler looks for due rolls.
     scheduler_seconds: float = Field(default=5.0, gt=0)
+    # How often the worker counts newly accepted hot entries into their window's tables.
+    count_seconds: float = Field(default=1.0, gt=0)
     # The per-stream roll lock expires this long after its holder stops renewing it (a killed
     # roll frees it within this time); the holder renews it every third of it.
     roll_lock_seconds: float = Field(default=30.0, ge=1.0, le=3600.0)

@@ -43,8 +43,12 @@ def obs(user: str, item: str, age: float, label: str, id_: str | None = None) ->
 
 
 async def window_cells(ctx: AppContext, name: str, epoch: int) -> dict[str, bytes | None]:
-    """Raw bytes of every table of a window (to show counts unchanged / changed)."""
+    """Raw bytes of every table of a window (to show counts unchanged / changed), once every
+    accepted observation is counted (as the counting job or a roll would)."""
+    from service.ingest import service as ingest
+
     rt = await streams.runtime(ctx=ctx, name=name)
+    await ingest.count_window(ctx=ctx, rt=rt, window=epoch)
     out: dict[str, bytes | None] = {}
     for t in rt.tables:
         out[t.name] = await ctx.redis.get(ctx.keys.table(name, epoch, t.id))

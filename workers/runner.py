@@ -13,7 +13,13 @@ from saq import CronJob, Queue, Worker
 from saq.queue.redis import RedisQueue
 
 from service.context import AppContext, make_process_pool
-from workers.jobs import FUNCTIONS, coldstore_seal, unlock_expire_grants, windows_tick
+from workers.jobs import (
+    FUNCTIONS,
+    coldstore_seal,
+    ingest_count,
+    unlock_expire_grants,
+    windows_tick,
+)
 
 log = logging.getLogger("selectivity.worker")
 
@@ -39,6 +45,12 @@ def make_worker(app: AppContext) -> Worker:
             CronJob(
                 windows_tick,
                 cron=cron_every(app.settings.scheduler_seconds),
+                unique=True,
+                timeout=600,
+            ),
+            CronJob(
+                ingest_count,
+                cron=cron_every(app.settings.count_seconds),
                 unique=True,
                 timeout=600,
             ),

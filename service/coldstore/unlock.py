@@ -235,9 +235,7 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
         # the key leaves memory at expiry even if nobody calls (SQL catches up by the cron job)
         grant = vault.grants.get(rid)
         if grant is not None:
-            grant.timer = asyncio.get_running_loop().call_later(
-                out.ttl_seconds, vault.wipe, rid
-            )
+            grant.timer = asyncio.get_running_loop().call_later(out.ttl_seconds, vault.wipe, rid)
     return out
 
 

@@ -1,4 +1,4 @@
-"""A chunk of hot-stream rows (``FeatureStore.hot_chunk``: ``row,row,...``, each row the JSON
+"""A chunk of hot-stream rows (``WindowStore.hot_chunk``: ``row,row,...``, each row the JSON
 ingest stored, ``{"id": ..., "f": {feature: value}, "y": label, "t": event time}``) turned into
 what a train-set record batch needs, column by column: each feature's codes (``Encoded``), the
 passthrough values, and the ``id``, ``event_time`` and ``label`` columns.

@@ -34,7 +34,6 @@ from service.core.featurize import (
 from service.core.sketch import KeyHasher, estimate_stacked
 from service.errors import PayloadTooLarge, Unavailable
 from service.features import hotrows
-from service.features.store import FeatureStore
 from service.features.validation import check_rows
 from service.streams import service as streams
 from service.streams.runtime import StreamRuntime
@@ -311,22 +310,14 @@ def _schema(fz: Featurizer) -> pa.Schema:
     return pa.schema(fields, metadata={"selectivity.epoch": str(fz.epoch)})
 
 
-def _feature_store(ctx: AppContext) -> FeatureStore:
-    st = ctx.caches.get("feature_store")
-    if st is None:
-        st = ctx.caches["feature_store"] = FeatureStore(ctx.redis, ctx.keys)
-    return st
-
-
 async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
     """The hot period of the served epoch, read in chunks up to a snapshot of each window's
     last entry, featurized chunk by chunk (never built whole in memory). A chunk arrives as
-    one string of JSON rows (``FeatureStore.hot_chunk``); the next one is read while it is
+    one string of JSON rows (``WindowStore.hot_chunk``); the next one is read while it is
     parsed, featurized and turned into a record batch in a worker thread, and up to
     ``TRAINSET_PARALLEL`` chunks are featurized at once (most of the work is numpy, which
     releases the GIL); batches come out in order."""
     windows = store_of(ctx)
-    store = _feature_store(ctx)
     rt = fz.rt
     schema = _schema(fz)
     lo, hi = rt.hot_period(fz.epoch)
@@ -337,7 +328,7 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
             last = await windows.hot_last_id(rt.name, w)
             if last is None:
                 continue
-            ahead = asyncio.ensure_future(store.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
+            ahead = asyncio.ensure_future(windows.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
             while True:
                 chunk = await ahead
                 if chunk is None:
@@ -346,7 +337,7 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
                 more = last_read != last and n >= TRAINSET_CHUNK
                 if more:  # read the next chunk while this one is featurized
                     ahead = asyncio.ensure_future(
-                        store.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
+                        windows.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
                     )
                 working.append(
                     asyncio.ensure_future(asyncio.to_thread(_record_batch, fz, schema, w, rows))

@@ -1,32 +1,52 @@
-"""Rules of ingest: validate, compute each table's cell increments, apply them with the raw
-rows in one Lua call per batch to the open window (DESIGN §7).
+"""Rules of ingest (DESIGN §4, §7): accept a batch into the open window, and count accepted
+observations into the window's tables.
 
-Speed: a batch's increments travel to Redis as one string per table (``pack_ops``), not as
-two arguments per cell: redis-py packing hundreds of thousands of small arguments was most of
-an ingest request's time."""
+Accepting is one Lua script per batch (``ingest.lua``): the window must be open, the
+Idempotency-Key new; the rows go to the window's hot stream. Counting is the worker's job
+(``count_window``, every ``count_seconds``; a roll counts what is left before the window's
+tables join the count period): it reads the hot stream from the window's checkpoint, computes
+every table's increments summed per cell, and applies them with the move of the checkpoint by
+compare-and-set (``count.lua``), so every accepted row is counted exactly once whatever
+crashes or races. A batch therefore costs a request one XADD per row, and its increments are
+summed with the other batches' before they reach Redis.
+
+This departs from DESIGN §7, where the ingest script itself applies the increments: those were
+nine tenths of an ingest request's Redis time (``BENCHMARKS.md``). Nothing else changes: the
+hot stream already held every raw row, the tables of a window are read only once it has left
+the hot period, and the per-user counters of user-level privacy are kept by the counter (first
+``max_contributions_per_window`` observations of a user in arrival order, as before).
+
+Speed: a chunk's increments travel to Redis as one string per table (``pack_ops``), not as two
+arguments per cell: redis-py packing hundreds of thousands of small arguments cost more than
+the increments."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from service.context import AppContext
-from service.core.featurize import Encoded, combine_codes, encode_column
+from service.core.featurize import Encoded, combine_codes
 from service.core.sketch import KeyHasher, SketchSpec, grouped_increments
 from service.errors import PayloadTooLarge, Unavailable, ValidationError
+from service.features import hotrows
 from service.features.validation import check_rows
-from service.ingest import users
 from service.ingest.schemas import IngestIn, IngestOut
 from service.ingest.store import IngestStore
 from service.streams import service as streams
-from service.streams.runtime import StreamRuntime
+from service.streams.runtime import StreamRuntime, TableRef
 from service.windows.service import store_of
 
 MAX_WINDOW_RETRIES = 8
+COUNT_CHUNK = 20_000  # hot entries counted per compare-and-set
 
 
 def _store(ctx: AppContext) -> IngestStore:
@@ -41,30 +61,45 @@ def _hasher(seed: bytes, spec: SketchSpec) -> KeyHasher:
     return KeyHasher(seed=seed, spec=spec)
 
 
-def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[bytes], list[bytes]]:
-    """The batch's increments per table, summed per cell, and the raw rows for the hot stream.
+def batch_rows(body: IngestIn) -> list[bytes]:
+    """The batch's raw rows as the hot stream stores them (``hotrows`` reads this shape)."""
+    return [
+        orjson.dumps(
+            {
+                "id": o.id,
+                "f": o.features,
+                "y": o.label,
+                "t": o.event_time.isoformat() if o.event_time else None,
+            }
+        )
+        for o in body.observations
+    ]
 
-    ``ops[i]`` holds table ``table_ids[i]``'s increments (``pack_ops``), the prior table's
-    last. Each distinct value of a feature is canonicalised and hashed once per table, and the
-    cells of all tables are computed together, counting observations per distinct (label, key)
-    pair."""
-    obs = body.observations
+
+def label_codes(rt: StreamRuntime, labels: pa.Array) -> np.ndarray:
+    """Each row's label index (rows hold only labels ingest validated)."""
+    dictionary = labels.dictionary_encode()
+    index = np.array([rt.label_index[v] for v in dictionary.dictionary.to_pylist()], np.int64)
+    codes = dictionary.indices.to_numpy(zero_copy_only=False)
+    return index[codes] if index.size else np.empty(0, np.int64)
+
+
+def count_ops(
+    rt: StreamRuntime,
+    tables: Sequence[TableRef],
+    encoded: Mapping[str, Encoded],
+    labels: np.ndarray,
+) -> list[bytes]:
+    """The increments of observations (each feature's codes ``encoded``, label indices
+    ``labels``) in each of ``tables``, summed per cell and packed (``pack_ops``), then the
+    prior table's. Each distinct value of a feature is hashed once per table, and the cells of
+    all tables are computed together, counting observations per distinct (label, key) pair."""
     spec = rt.spec
-    labels = np.fromiter((rt.label_index[o.label] for o in obs), dtype=np.int64, count=len(obs))
-    feats = [o.features for o in obs]
-    specs = {f.name: f for f in rt.features}
-    encoded: dict[str, Encoded] = {}
-    per_table: list[Encoded] = []
-    for t in rt.tables:
-        for f in t.features:
-            if f not in encoded:
-                encoded[f] = encode_column([r.get(f) for r in feats], specs[f])
-        per_table.append(combine_codes([encoded[f] for f in t.features]))
-    table_ids = [t.id for t in rt.tables]
+    per_table = [combine_codes([encoded[f] for f in t.features]) for t in tables]
     ops: list[bytes] = []
     if per_table:
         buckets, signs = _hasher(rt.hash_seed, spec).hash_many(
-            [(t.name, e.keys) for t, e in zip(rt.tables, per_table, strict=True)]
+            [(t.name, e.keys) for t, e in zip(tables, per_table, strict=True)]
         )
         # All tables at once, stacked as extra labels: flat index = table * cells + cell.
         n_tables, n_labels = len(per_table), spec.n_labels
@@ -84,18 +119,137 @@ def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[bytes]
     prior = np.bincount(labels, minlength=spec.n_labels)
     nz = np.flatnonzero(prior)
     ops.append(pack_ops(nz, prior[nz]))
-    rows = [
-        orjson.dumps(
-            {
-                "id": o.id,
-                "f": o.features,
-                "y": o.label,
-                "t": o.event_time.isoformat() if o.event_time else None,
-            }
-        )
-        for o in obs
+    return ops
+
+
+def tables_of(rt: StreamRuntime, window: int) -> list[TableRef]:
+    """The tables window ``window`` has (a selected group is counted from its ``first_epoch``
+    on)."""
+    return [t for t in rt.tables if t.first_epoch <= window]
+
+
+def user_ids(rt: StreamRuntime, encoded: Encoded) -> list[str]:
+    """The keyed hash (BLAKE2b with the stream's hash seed) of each distinct user-key value
+    (``encoded.keys``: canonical bytes): the per-window counters hold these, never a raw
+    identifier."""
+    return [
+        hashlib.blake2b(
+            key, key=rt.hash_seed[:64], person=b"selectivity-usr", digest_size=16
+        ).hexdigest()
+        for key in encoded.keys
     ]
-    return table_ids, ops, rows
+
+
+def within_bound(users: np.ndarray, seen: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which observations are counted under a bound of ``bound`` per user and window: the
+    first ``bound`` of each user's, in arrival order. ``users``: each observation's user code
+    (in arrival order); ``seen[u]``: user ``u``'s observations before these. Returns the mask
+    of counted observations and every user's ``seen`` after them."""
+    order = np.argsort(users, kind="stable")
+    sorted_users = users[order]
+    first = np.searchsorted(sorted_users, sorted_users)  # each group's start
+    rank = np.empty(users.size, dtype=np.int64)
+    rank[order] = np.arange(users.size) - first  # earlier observations of the same user
+    mask = seen[users] + rank < bound
+    return mask, seen + np.bincount(users, minlength=seen.size)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A run of hot rows, ready to count: each feature's codes, label indices, and with a
+    user key each row's user code and the users' keyed hashes."""
+
+    encoded: dict[str, Encoded]
+    labels: np.ndarray
+    users: np.ndarray | None = None
+    user_ids: list[str] = field(default_factory=list)
+
+    def only(self, mask: np.ndarray) -> Parsed:
+        return Parsed(
+            {f: Encoded(e.codes[mask], e.keys) for f, e in self.encoded.items()},
+            self.labels[mask],
+        )
+
+
+def parse_rows(rt: StreamRuntime, tables: Sequence[TableRef], rows: bytes) -> Parsed:
+    """Hot rows (``WindowStore.hot_chunk``) parsed for counting into ``tables``."""
+    user_key = rt.config.privacy.user_key
+    needed = {f for t in tables for f in t.features} | ({user_key} if user_key else set())
+    chunk = hotrows.parse_chunk(
+        rows, encode=[f for f in rt.features if f.name in needed], passthrough=()
+    )
+    labels = label_codes(rt, chunk.labels)
+    if user_key is None:
+        return Parsed(chunk.encoded, labels)
+    user = chunk.encoded[user_key]
+    return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user))
+
+
+async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> int:
+    """Count window ``window``'s hot entries that are not counted yet into its tables, up to
+    the last entry there is now; returns the number of entries counted by this call. Safe to
+    run concurrently and to crash anywhere: each run of entries is applied together with the
+    move of the window's checkpoint, by compare-and-set (``count.lua``), so every entry is
+    counted exactly once. A window leaves the hot period only once it is counted to its end
+    (``windows.roll`` and ``windows.expire`` call this first)."""
+    store = _store(ctx)
+    windows = store_of(ctx)
+    last = await windows.hot_last_id(rt.name, window)
+    if last is None:
+        return 0
+    tables = tables_of(rt, window)
+    table_ids = [t.id for t in tables]
+    bound = rt.config.privacy.max_contributions_per_window
+    users_ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * (
+        rt.config.hot_windows + 1
+    )
+    total = 0
+    expected = await store.counted(rt.name, window)
+    while expected != last:
+        start = b"(" + expected if expected else "-"
+        chunk = await windows.hot_chunk(rt.name, window, start, last, COUNT_CHUNK)
+        if chunk is None:
+            break
+        checkpoint, n, rows = chunk
+        parsed = await asyncio.to_thread(parse_rows, rt, tables, rows)
+        users = b""
+        counted = parsed
+        if parsed.users is not None:
+            seen = np.array(await store.seen(rt.name, window, parsed.user_ids), dtype=np.int64)
+            mask, after = within_bound(parsed.users, seen, bound)
+            counted = parsed.only(mask)
+            changed = np.flatnonzero(after != seen)
+            users = b" ".join(
+                b"%s %d" % (parsed.user_ids[u].encode(), after[u]) for u in changed.tolist()
+            )
+        ops = await asyncio.to_thread(count_ops, rt, tables, counted.encoded, counted.labels)
+        status, current = await store.count(
+            stream=rt.name,
+            window=window,
+            expected=expected,
+            checkpoint=checkpoint,
+            table_ids=table_ids,
+            ops=ops,
+            users=users,
+            users_ttl=users_ttl,
+        )
+        if status == "missing":
+            raise Unavailable(f"window {window} of stream {rt.name!r} has no tables to count into")
+        if status == "ok":
+            total += n
+            expected = checkpoint
+        else:  # another counter moved the checkpoint: go on from where it got to
+            expected = current or b""
+    return total
+
+
+async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
+    """Count every window of the hot period of ``epoch`` (the open one included) up to now."""
+    lo, hi = rt.hot_period(epoch)
+    total = 0
+    for w in range(max(lo, 1), hi + 1):
+        total += await count_window(ctx=ctx, rt=rt, window=w)
+    return total
 
 
 def pack_ops(cells: np.ndarray, deltas: np.ndarray) -> bytes:
@@ -173,36 +327,25 @@ def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
         where="observations[].features",
         max_string=ctx.settings.max_string_length,
     )
-
-
-def _user_store(ctx: AppContext) -> users.UserBoundStore:
-    st = ctx.caches.get("user_store")
-    if st is None:
-        st = ctx.caches["user_store"] = users.UserBoundStore(ctx.redis, ctx.keys)
-    return st
-
-
-def live_tables(
-    rt: StreamRuntime, epoch: int, table_ids: list[int], ops: list
-) -> tuple[list[int], list]:
-    """The tables that exist in window ``epoch`` (a selected group is counted from its
-    ``first_epoch`` on) and their ops; the prior table's ops (last) always stay."""
-    if all(t.first_epoch <= epoch for t in rt.tables):
-        return table_ids, ops
-    live = {t.id for t in rt.tables if t.first_epoch <= epoch}
-    pairs = [(tid, o) for tid, o in zip(table_ids, ops[:-1], strict=True) if tid in live]
-    return [tid for tid, _ in pairs], [o for _, o in pairs] + [ops[-1]]
+    user_key = rt.config.privacy.user_key
+    if user_key is not None:
+        missing = [i for i, o in enumerate(body.observations) if o.features.get(user_key) is None]
+        if missing:
+            raise ValidationError(
+                f"observations[{missing[0]}].features.{user_key}: the stream's user key is required"
+            )
 
 
 async def ingest(
     *, ctx: AppContext, name: str, body: IngestIn, idempotency_key: str | None
 ) -> tuple[IngestOut, bool]:
-    """Apply a batch; returns (response, replayed). A batch whose window closes under it is
-    applied to the next window; a retried batch (same Idempotency-Key) is never counted twice
-    while its window is in the hot period."""
+    """Accept a batch into the open window; returns (response, replayed). A batch whose window
+    closes under it is accepted into the next window; a retried batch (same Idempotency-Key)
+    is never accepted twice while its window is in the hot period. The counting job
+    (``count_window``) counts accepted rows into the window's tables."""
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
-    table_ids, ops, rows = batch_ops(rt, body)
+    rows = batch_rows(body)
     token = (
         hashlib.sha256(idempotency_key.encode()).hexdigest()
         if idempotency_key
@@ -224,39 +367,20 @@ async def ingest(
     ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * rt.config.hot_windows
     for _ in range(MAX_WINDOW_RETRIES):
         out = IngestOut(accepted=len(rows), window=epoch)
-        live_ids, live_ops = live_tables(rt, epoch, table_ids, ops)
-        if rt.config.privacy.user_key is None:
-            status, stored = await store.apply(
-                stream=name,
-                window=epoch,
-                token=token,
-                table_ids=live_ids,
-                ops=live_ops,
-                rows=rows,
-                response=out.model_dump_json().encode(),
-                ttl=ttl,
-            )
-        else:  # at most c counted observations per user per window, decided one by one
-            status, stored = await _user_store(ctx).apply(
-                stream=name,
-                window=epoch,
-                token=token,
-                table_ids=live_ids,
-                per_obs=users.per_observation_ops(rt, body, live_ids),
-                n_obs=len(rows),
-                max_per_user=rt.config.privacy.max_contributions_per_window,
-                rows=rows,
-                response=out.model_dump_json().encode(),
-                ttl=ttl,
-            )
+        status, stored = await store.accept(
+            stream=name,
+            window=epoch,
+            token=token,
+            rows=rows,
+            response=out.model_dump_json().encode(),
+            ttl=ttl,
+        )
         if status == "ok":
             epochs[name] = epoch
             return out, False
         if status == "dup":
             assert stored is not None
             return IngestOut.model_validate_json(stored), True
-        if status == "missing":
-            raise Unavailable(f"window {epoch} of stream {name!r} is not prepared; retry shortly")
         fresh = await windows.epoch(name)  # closed: the stream rolled under us
         if fresh is None or fresh == epoch:
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")

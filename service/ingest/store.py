@@ -1,6 +1,10 @@
-"""Redis side of ingest: the one Lua script that applies a batch to a window."""
+"""Redis side of ingest: accepting a batch into the open window's hot stream (ingest.lua) and
+counting hot-stream entries into the window's tables from a checkpoint (count.lua)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -8,38 +12,74 @@ from service.keys import Keys
 from service.lua import source
 
 
+def _status(res: list) -> str:
+    return res[0].decode() if isinstance(res[0], bytes) else str(res[0])
+
+
 class IngestStore:
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self.r = redis
         self.k = keys
         self._ingest = redis.register_script(source("ingest"))
+        self._count = redis.register_script(source("count"))
 
-    async def apply(
+    async def accept(
         self,
         *,
         stream: str,
         window: int,
         token: str,
-        table_ids: list[int],
-        ops: list[bytes],
         rows: list[bytes],
         response: bytes,
         ttl: int,
     ) -> tuple[str, bytes | None]:
-        """ops[i]: table_ids[i]'s increments, ``#<cell> <delta> ...`` (``service.pack_ops``);
-        the prior table's come last (ops has one more entry than table_ids)."""
+        """Append a batch's raw rows to the window's hot stream if the window is open and the
+        idempotency token new: ``('ok', None)``, ``('closed', None)`` or ``('dup', stored
+        response)``."""
         keys = [
             self.k.meta(stream, window),
             self.k.idem(stream, window, token),
             self.k.hot(stream, window),
         ]
+        res = await self._ingest(keys=keys, args=[ttl, response, *rows])
+        return _status(res), (res[1] if len(res) > 1 else None)
+
+    async def counted(self, s: str, w: int) -> bytes:
+        """The window's counting checkpoint: the id of the last hot entry counted (b'' when
+        none is)."""
+        v = await self.r.hget(self.k.meta(s, w), "counted")
+        return cast(bytes, v) if v is not None else b""
+
+    async def seen(self, s: str, w: int, users: Sequence[str]) -> list[int]:
+        """Each user's observations seen so far in the window (0 for a new user)."""
+        if not users:
+            return []
+        got = await self.r.hmget(self.k.users(s, w), list(users))
+        return [int(v) if v is not None else 0 for v in cast(list, got)]
+
+    async def count(
+        self,
+        *,
+        stream: str,
+        window: int,
+        expected: bytes,
+        checkpoint: bytes,
+        table_ids: list[int],
+        ops: list[bytes],
+        users: bytes,
+        users_ttl: int,
+    ) -> tuple[str, bytes | None]:
+        """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
+        atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
+        current checkpoint)`` or ``('missing', table key)``. ``ops[i]``: table
+        ``table_ids[i]``'s increments (``service.pack_ops``), the prior table's last;
+        ``users``: ``b'hash seen hash seen ...'``."""
+        keys = [self.k.meta(stream, window), self.k.users(stream, window)]
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
-        args: list[bytes | int | str] = [ttl, response, len(ops), *ops, len(rows)]
-        args.extend(rows)
-        res = await self._ingest(keys=keys, args=args)
-        status = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
-        return status, (res[1] if len(res) > 1 else None)
+        args: list[bytes | int] = [expected, checkpoint, len(ops), *ops, users_ttl, users]
+        res = await self._count(keys=keys, args=args)
+        return _status(res), (bytes(res[1]) if len(res) > 1 else None)
 
     async def find_replay(self, *, stream: str, windows: list[int], token: str) -> bytes | None:
         """The stored response of a batch with this idempotency token in earlier windows."""

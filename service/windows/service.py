@@ -218,6 +218,8 @@ async def roll(
         mark("pointed")
         await store.set_state(name, previous, "closed")
         mark("closed")
+        await count_closed(ctx=ctx, rt=rt, epoch=target)
+        mark("counted")
         await update_aggregate(ctx=ctx, rt=rt, epoch=target)
         mark("aggregated")
 
@@ -256,13 +258,26 @@ async def roll(
         return target
 
 
+async def count_closed(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> None:
+    """Count every closed window of the hot period of ``epoch`` and the window that just left
+    it to its end (they take no more entries): a window's tables are complete before they
+    join the count period, and its hot data is counted before it can be deleted."""
+    from service.ingest import service as ingest  # (ingest imports this module)
+
+    lo, hi = rt.hot_period(epoch)
+    for w in range(max(lo - 1, 1), hi):
+        await ingest.count_window(ctx=ctx, rt=rt, window=w)
+
+
 async def expire(
     *, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None
 ) -> dict[str, int]:
     """Delete what left its period: hot data of sealed windows before the hot period, the
     tables of windows past retention, aggregates older than the previous epoch. Hot data of
     windows not yet sealed into the cold store is kept (the seal checkpoint is
-    ``stream_window.cold_sealed_at``)."""
+    ``stream_window.cold_sealed_at``), and hot data is counted before it is deleted."""
+    from service.ingest import service as ingest  # (ingest imports this module)
+
     store = store_of(ctx)
     now = now or datetime.now(UTC)
     hot_lo, _ = rt.hot_period(epoch)
@@ -271,6 +286,7 @@ async def expire(
     deleted_hot = deleted_tables = 0
     async with ctx.sessionmaker() as session, session.begin():
         for w in await repository.windows_to_expire_hot(session, rt.id, hot_lo):
+            await ingest.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
             await store.delete_hot(rt.name, w.epoch)
             w.hot_deleted_at = now
             deleted_hot += 1

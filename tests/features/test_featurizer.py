@@ -233,9 +233,9 @@ async def test_train_batches_read_ahead_equal_featurize_and_stop_cleanly(
 async def test_hot_chunk_reads_rows_as_one_string(api: Api) -> None:
     from redis.exceptions import ResponseError
 
-    from service.features.store import FeatureStore
+    from service.windows.service import store_of
 
-    store = FeatureStore(api.ctx.redis, api.ctx.keys)
+    store = store_of(api.ctx)
     name = unique("chunk")
     key = api.ctx.keys.hot(name, 1)
     assert await store.hot_chunk(name, 1, "-", "+", 10) is None

@@ -97,7 +97,7 @@ def specs(fz: Featurizer) -> list[FeatureSpec]:
 
 
 def stored(rows: Sequence[dict[str, object]]) -> bytes:
-    """A hot chunk as ``FeatureStore.hot_chunk`` returns it: ingest's rows, comma-joined."""
+    """A hot chunk as ``WindowStore.hot_chunk`` returns it: ingest's rows, comma-joined."""
     return b",".join(orjson.dumps(r) for r in rows)
 
 

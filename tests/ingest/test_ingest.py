@@ -185,6 +185,16 @@ async def test_limits_and_auth(api: Api) -> None:
     assert await window_cells(api.ctx, name, 1) == before
 
 
+def _ops(rt, body):  # type: ignore[no-untyped-def]
+    """The increments the counting job computes for a batch: from its rows as the hot stream
+    stores them (JSON), not from the request's values."""
+    rows = ingest_service.batch_rows(body)
+    tables = ingest_service.tables_of(rt, 1)
+    parsed = ingest_service.parse_rows(rt, tables, b",".join(rows))
+    ops = ingest_service.count_ops(rt, tables, parsed.encoded, parsed.labels)
+    return [t.id for t in tables], ops, rows
+
+
 async def test_batch_ops_sum_increments_per_cell(api: Api) -> None:
     """Two identical observations make one op of +2 (or -2) per row, not two ops."""
     name = await _stream(api)
@@ -193,7 +203,7 @@ async def test_batch_ops_sum_increments_per_cell(api: Api) -> None:
 
     rt = await streams.runtime(ctx=api.ctx, name=name)
     body = IngestIn.model_validate({"observations": [obs("u", "i", 20, "1")] * 2})
-    _, ops, rows = ingest_service.batch_ops(rt, body)
+    _, ops, rows = _ops(rt, body)
     assert len(rows) == 2
     for table_ops in ops[:-1]:
         _, deltas = ingest_service.unpack_ops(table_ops)
@@ -225,7 +235,7 @@ async def test_batch_ops_equal_the_per_table_reference(api: Api) -> None:
         for _ in range(700)
     ]
     body = IngestIn.model_validate({"observations": observations})
-    table_ids, ops, rows = ingest_service.batch_ops(rt, body)
+    table_ids, ops, rows = _ops(rt, body)
     feats = [o.features for o in body.observations]
     labels = np.array([rt.label_index[o.label] for o in body.observations])
     values = row_keys(feats, rt.features)
@@ -300,3 +310,83 @@ async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
         assert np.array_equal(prior_of(cells[t.name]), want), t.name
     assert n_ops > 1000  # the user table needed more than one BITFIELD call
     assert prior_of(cells["_prior"]).tolist() == [450, 450]
+
+
+async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting runs from a checkpoint by compare-and-set: two counters racing over the same
+    window, and a counter that dies after some chunks, still count every row exactly once."""
+    from service.ingest.store import IngestStore
+
+    name = await _stream(api)
+    monkeypatch.setattr(ingest_service, "COUNT_CHUNK", 37)  # many chunks, many CAS rounds
+    batches = [
+        [
+            obs(f"user{i % 13}", f"item{(i * 7) % 29}", 20 + i % 50, str(i % 2))
+            for i in range(k, k + 60)
+        ]
+        for k in range(0, 600, 60)
+    ]
+    for batch in batches[:5]:
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+        )
+        assert r.status_code == 202, r.text
+    rt = await ingest_service.streams.runtime(ctx=api.ctx, name=name)
+
+    calls = 0
+    real = IngestStore.count
+
+    async def dies_on_the_third(self, **kw):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise ConnectionError("killed")
+        return await real(self, **kw)
+
+    monkeypatch.setattr(IngestStore, "count", dies_on_the_third)
+    with pytest.raises(ConnectionError):
+        await ingest_service.count_window(ctx=api.ctx, rt=rt, window=1)
+    monkeypatch.setattr(IngestStore, "count", real)
+    assert 0 < await api.ctx.redis.xlen(api.ctx.keys.hot(name, 1)) == 300
+    for batch in batches[5:]:  # more rows arrive while two counters race
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+        )
+        assert r.status_code == 202
+    done = await asyncio.gather(
+        *(ingest_service.count_window(ctx=api.ctx, rt=rt, window=1) for _ in range(2))
+    )
+    assert sum(done) + 2 * 37 == 600  # each row counted by exactly one run
+    cells = await window_cells(api.ctx, name, 1)
+    every = [o for batch in batches for o in batch]
+    assert prior_of(cells["_prior"]).tolist() == [300, 300]
+    from service.ingest.schemas import IngestIn
+
+    _, ops, _ = _ops(rt, IngestIn.model_validate({"observations": every}))
+    for t, packed in zip(rt.tables, ops, strict=False):
+        idx, deltas = ingest_service.unpack_ops(packed)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    assert await ingest_service.count_window(ctx=api.ctx, rt=rt, window=1) == 0
+
+
+async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) -> None:
+    """Accepting a batch only appends its rows; the tables change when they are counted, and a
+    roll counts what is left before the window joins the count period."""
+    from service.windows import service as windows
+
+    name = await _stream(api)
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("u1", "i1", 20, "1")] * 3},
+    )
+    assert r.status_code == 202
+    raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
+    assert prior_of(raw).tolist() == [0, 0]  # accepted, not counted yet
+    assert await windows.roll(ctx=api.ctx, name=name) == 2
+    raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
+    assert prior_of(raw).tolist() == [0, 3]

@@ -138,7 +138,16 @@ class Crash(Exception):
     pass
 
 
-STEPS = ["checkpoint", "opened", "pointed", "closed", "aggregated", "committed", "expired"]
+STEPS = [
+    "checkpoint",
+    "opened",
+    "pointed",
+    "closed",
+    "counted",
+    "aggregated",
+    "committed",
+    "expired",
+]
 
 
 @pytest.mark.parametrize("crash_at", STEPS)

@@ -38,7 +38,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-@pytest.mark.parametrize("kill_at", ["opened", "closed", "aggregated", "committed"])
+@pytest.mark.parametrize("kill_at", ["opened", "closed", "counted", "aggregated", "committed"])
 async def test_a_roll_killed_by_sigkill_is_completed_once(
     api: Api, backend: Backend, kill_at: str
 ) -> None:
