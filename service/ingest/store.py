@@ -50,6 +50,17 @@ class IngestStore:
         v = await self.r.hget(self.k.meta(s, w), "counted")
         return cast(bytes, v) if v is not None else b""
 
+    async def read_tables(
+        self, *, stream: str, window: int, table_ids: Sequence[int]
+    ) -> tuple[bytes, list[bytes | None]]:
+        """The window's counting checkpoint and these tables as stored, read together (one
+        transaction): the tables are what counting up to that checkpoint left."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hget(self.k.meta(stream, window), "counted")
+        pipe.mget([self.k.table(stream, window, t) for t in table_ids])
+        checkpoint, tables = await pipe.execute()
+        return (checkpoint or b""), list(tables)
+
     async def seen(self, s: str, w: int, users: Sequence[str]) -> list[int]:
         """Each user's observations seen so far in the window (0 for a new user)."""
         if not users:
@@ -65,19 +76,29 @@ class IngestStore:
         expected: bytes,
         checkpoint: bytes,
         table_ids: list[int],
-        ops: list[bytes],
+        whole: list[bool],
+        values: list[bytes],
         users: bytes,
         users_ttl: int,
     ) -> tuple[str, bytes | None]:
         """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
         atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
-        current checkpoint)`` or ``('missing', table key)``. ``ops[i]``: table
-        ``table_ids[i]``'s increments (``service.pack_ops``), the prior table's last;
-        ``users``: ``b'hash seen hash seen ...'``."""
+        current checkpoint)`` or ``('missing', table key)``. ``values[i]``: table
+        ``table_ids[i]``'s new cells when ``whole[i]``, else its increments
+        (``service.pack_ops``); the prior table's last. ``users``: ``b'hash seen ...'``."""
         keys = [self.k.meta(stream, window), self.k.users(stream, window)]
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
-        args: list[bytes | int] = [expected, checkpoint, len(ops), *ops, users_ttl, users]
+        modes = "".join("s" if w else "i" for w in whole)
+        args: list[bytes | int | str] = [
+            expected,
+            checkpoint,
+            len(values),
+            modes,
+            *values,
+            users_ttl,
+            users,
+        ]
         res = await self._count(keys=keys, args=args)
         return _status(res), (bytes(res[1]) if len(res) > 1 else None)
 

@@ -5,10 +5,12 @@
 -- KEYS[1] meta hash, KEYS[2] per-user counters hash, KEYS[3..2+T] count tables, KEYS[3+T] the
 -- prior table.
 -- ARGV[1] expected checkpoint ('' when none), ARGV[2] new checkpoint, ARGV[3] number of
--- tables T+1 (the prior included), ARGV[4..3+T+1] each table's increments as one string
--- '#<cell> <delta> #<cell> <delta> ...' (summed per cell; the pieces are BITFIELD arguments
--- as they are), then the counters' TTL (s) and 'user count user count ...' pairs (may be
--- empty): each user's observations seen in the window so far.
+-- tables T+1 (the prior included), ARGV[4] one character per table: 's' (its value is the
+-- table's new cells, written whole: the counter read them with the checkpoint and added its
+-- increments) or 'i' (its value is its increments as one string '#<cell> <delta> ...',
+-- summed per cell; the pieces are BITFIELD arguments as they are), ARGV[5..4+T+1] the
+-- values, then the counters' TTL (s) and 'user count user count ...' pairs (may be empty):
+-- each user's observations seen in the window so far.
 -- Returns {'ok'} | {'stale', checkpoint} | {'missing', key}.
 local current = redis.call('HGET', KEYS[1], 'counted') or ''
 if current ~= ARGV[1] then
@@ -22,25 +24,30 @@ for t = 1, n_tables do
 end
 local LAST = 2 + 4 * 1000 -- 1000 ops per BITFIELD call: 4002 arguments, within unpack's limit
 local args = {'OVERFLOW', 'SAT'}
+local modes = ARGV[4]
 for t = 1, n_tables do
   local key = KEYS[2 + t]
-  local k = 2
-  for cell, delta in string.gmatch(ARGV[3 + t], '(%S+) (%S+)') do
-    args[k + 1] = 'INCRBY'
-    args[k + 2] = 'i32'
-    args[k + 3] = cell
-    args[k + 4] = delta
-    k = k + 4
-    if k == LAST then
+  if string.sub(modes, t, t) == 's' then
+    redis.call('SET', key, ARGV[4 + t])
+  else
+    local k = 2
+    for cell, delta in string.gmatch(ARGV[4 + t], '(%S+) (%S+)') do
+      args[k + 1] = 'INCRBY'
+      args[k + 2] = 'i32'
+      args[k + 3] = cell
+      args[k + 4] = delta
+      k = k + 4
+      if k == LAST then
+        redis.call('BITFIELD', key, unpack(args, 1, k))
+        k = 2
+      end
+    end
+    if k > 2 then
       redis.call('BITFIELD', key, unpack(args, 1, k))
-      k = 2
     end
   end
-  if k > 2 then
-    redis.call('BITFIELD', key, unpack(args, 1, k))
-  end
 end
-local pos = 4 + n_tables
+local pos = 5 + n_tables
 local ttl = tonumber(ARGV[pos])
 local pairs_ = {}
 local k = 0

@@ -312,14 +312,17 @@ async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
     assert prior_of(cells["_prior"]).tolist() == [450, 450]
 
 
+@pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["bitfield", "whole-tables"])
 async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
-    api: Api, monkeypatch: pytest.MonkeyPatch
+    api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int
 ) -> None:
     """Counting runs from a checkpoint by compare-and-set: two counters racing over the same
-    window, and a counter that dies after some chunks, still count every row exactly once."""
+    window, and a counter that dies after some chunks, still count every row exactly once,
+    whether tables are incremented op by op or read, added to and written whole."""
     from service.ingest.store import IngestStore
 
     name = await _stream(api)
+    monkeypatch.setattr(ingest_service, "DENSE_RATIO", dense_ratio)
     monkeypatch.setattr(ingest_service, "COUNT_CHUNK", 37)  # many chunks, many CAS rounds
     batches = [
         [
@@ -390,3 +393,18 @@ async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) 
     assert await windows.roll(ctx=api.ctx, name=name) == 2
     raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
     assert prior_of(raw).tolist() == [0, 3]
+
+
+def test_whole_table_addition_saturates_like_bitfield() -> None:
+    """``Increments.added_to`` gives what ``BITFIELD ... OVERFLOW SAT INCRBY i32`` gives for
+    one summed increment per cell: int32 cells, big-endian, saturated at the bounds."""
+    lo, hi = -(2**31), 2**31 - 1
+    table = np.array([0, 5, hi - 1, lo + 1, -7, 3], dtype=">i4").tobytes()
+    inc = ingest_service.Increments(
+        cells=np.array([1, 2, 3, 4, 0], dtype=np.int64),
+        deltas=np.array([-9, 5, -5, 7, 1], dtype=np.int64),
+        bounds=np.array([0, 4, 5]),
+    )
+    out = np.frombuffer(inc.added_to(0, table), dtype=">i4").tolist()
+    assert out == [0, -4, hi, lo, 0, 3]
+    assert inc.packed([1]) == [b"#0 1"] and inc.packed() == [b"#1 -9 #2 5 #3 -5 #4 7", b"#0 1"]
