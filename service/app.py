@@ -96,6 +96,34 @@ class _TooLarge(Exception):
     pass
 
 
+class Metrics:
+    """Request latency and count per route for ``/metrics`` (a plain ASGI middleware: no task
+    or stream per request, unlike ``BaseHTTPMiddleware``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def sending(msg: Message) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            LATENCY.labels(path).observe(time.perf_counter() - start)
+            REQUESTS.labels(path, str(status)).inc()
+
+
 def create_app(settings: Settings | None = None, *, ctx: AppContext | None = None) -> FastAPI:
     """The app. With ``ctx`` given (tests), the caller owns the resources; otherwise the
     lifespan builds them (and, in embedded mode, the embedded Redis and the worker)."""
@@ -164,15 +192,6 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         log.error("internal error: %s", type(exc).__name__)  # no values: they may be raw data
         return _error(500, "InternalError", "internal error; see the server log")
 
-    @app.middleware("http")
-    async def _metrics(request: Request, call_next):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        response = await call_next(request)
-        path = getattr(request.scope.get("route"), "path", "unmatched")
-        LATENCY.labels(path).observe(time.perf_counter() - start)
-        REQUESTS.labels(path, str(response.status_code)).inc()
-        return response
-
     for r in (
         streams_router.router,
         ingest_router.router,
@@ -210,6 +229,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
     async def metrics() -> Response:
         return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(Metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if ctx is not None:
         app.state.ctx = ctx

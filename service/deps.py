@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+import orjson
+from fastapi import Depends, Header, Request, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.service import Principal, authenticate
 from service.context import AppContext
 from service.errors import Forbidden
+
+
+class _OrjsonRequest(Request):
+    async def json(self) -> Any:
+        """The body parsed by orjson (about twice as fast as ``json`` on a large ingest batch;
+        stricter: no NaN or Infinity literals, integers within 64 bits). Its
+        ``JSONDecodeError`` is ``json.JSONDecodeError``'s subclass, so a bad body is still a
+        422 naming the position."""
+        if not hasattr(self, "_json"):
+            self._json = orjson.loads(await self.body())
+        return self._json
+
+
+class JsonRoute(APIRoute):
+    """Every route of the API: request bodies parsed by orjson."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(_OrjsonRequest(request.scope, request.receive))
+
+        return handle
 
 
 def get_ctx(request: Request) -> AppContext:

@@ -5,10 +5,10 @@ from fastapi import APIRouter
 from service.admin import service
 from service.admin.schemas import KeyCreate, KeyCreated
 from service.audit import service as audit
-from service.deps import AdminKey, CtxDep, SessionDep
+from service.deps import AdminKey, CtxDep, JsonRoute, SessionDep
 from service.errors import ValidationError, error_responses
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
 
 
 @router.post(

@@ -7,9 +7,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from service.audit import service
-from service.deps import AdminKey, SessionDep
+from service.deps import AdminKey, JsonRoute, SessionDep
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
 
 
 class AuditEntryOut(BaseModel):

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from service.admin.service import Principal
 from service.coldstore import unlock
 from service.coldstore.schemas import ApproveIn, ExportFormat, UnlockRequestIn, UnlockRequestOut
-from service.deps import AdminKey, CtxDep, require
+from service.deps import AdminKey, CtxDep, JsonRoute, require
 from service.errors import (
     Conflict,
     Forbidden,
@@ -21,7 +21,7 @@ from service.errors import (
     error_responses,
 )
 
-router = APIRouter(prefix="/v1/admin/unlock-requests", tags=["unlock"])
+router = APIRouter(prefix="/v1/admin/unlock-requests", tags=["unlock"], route_class=JsonRoute)
 AnalystKey = Annotated[Principal, Depends(require("analyst"))]
 ERRORS = error_responses(Forbidden, NotFound, Conflict, ValidationError)
 

@@ -7,7 +7,7 @@ import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from service.deps import CtxDep, ModelKey
+from service.deps import CtxDep, JsonRoute, ModelKey
 from service.errors import (
     NotFound,
     PayloadTooLarge,
@@ -21,7 +21,7 @@ from service.features.schemas import FeaturizeIn, FeaturizeOut
 from service.models import service as models
 from service.streams.router import StreamPath
 
-router = APIRouter(prefix="/v1/streams", tags=["features"])
+router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRoute)
 
 
 @router.post(

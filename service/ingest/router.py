@@ -4,13 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from service.deps import CtxDep, ProducerKey
+from service.deps import CtxDep, JsonRoute, ProducerKey
 from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.ingest import service
 from service.ingest.schemas import IngestIn, IngestOut
 from service.streams.router import StreamPath
 
-router = APIRouter(prefix="/v1/streams", tags=["ingest"])
+router = APIRouter(prefix="/v1/streams", tags=["ingest"], route_class=JsonRoute)
 
 
 @router.post(

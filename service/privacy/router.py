@@ -3,13 +3,13 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter, Response
 
-from service.deps import AnyKey, SessionDep
+from service.deps import AnyKey, JsonRoute, SessionDep
 from service.errors import NotFound, ValidationError, error_responses
 from service.privacy import service
 from service.privacy.schemas import KAnonIn, KAnonOut
 from service.streams.router import StreamPath
 
-router = APIRouter(prefix="/v1/streams", tags=["privacy"])
+router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute)
 
 
 @router.get(
@@ -29,7 +29,7 @@ async def privacy(session: SessionDep, _: AnyKey, stream: str = StreamPath) -> R
     )
 
 
-calculator_router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
+calculator_router = APIRouter(prefix="/v1/privacy", tags=["privacy"], route_class=JsonRoute)
 
 
 @calculator_router.post(

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 
 from service.admin.service import Principal
-from service.deps import AnyKey, CtxDep, SessionDep, require
+from service.deps import AnyKey, CtxDep, JsonRoute, SessionDep, require
 from service.errors import (
     Conflict,
     NotFound,
@@ -33,7 +33,7 @@ from service.queues.schemas import (
 )
 from service.streams.schemas import NAME_PATTERN
 
-router = APIRouter(prefix="/v1/queues", tags=["queues"])
+router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=JsonRoute)
 QueuePath = Path(pattern=NAME_PATTERN, max_length=64)
 TaskPath = Path(pattern=r"^t_[0-9a-f]{16}$")
 

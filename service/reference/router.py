@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from service.deps import CtxDep, ModelKey, SessionDep
+from service.deps import CtxDep, JsonRoute, ModelKey, SessionDep
 from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.reference import service
 from service.reference.schemas import PredictIn, PredictOut, QualityOut
 from service.streams.router import StreamPath
 
-router = APIRouter(prefix="/v1/streams", tags=["reference model"])
+router = APIRouter(prefix="/v1/streams", tags=["reference model"], route_class=JsonRoute)
 
 
 @router.post(

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.deps import AnyKey, CtxDep, SessionDep
+from service.deps import AnyKey, CtxDep, JsonRoute, SessionDep
 from service.errors import NotFound, error_responses
 from service.selection import service
 from service.streams import service as streams
 from service.streams.router import StreamPath
 from service.streams.schemas import TableOut, TablesOut
 
-router = APIRouter(prefix="/v1/streams", tags=["tables"])
+router = APIRouter(prefix="/v1/streams", tags=["tables"], route_class=JsonRoute)
 
 
 @router.get("/{stream}/tables", response_model=TablesOut, responses=error_responses(NotFound))

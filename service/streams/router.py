@@ -3,12 +3,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 
 from service.audit import service as audit
-from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
+from service.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
 from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.streams import service
 from service.streams.schemas import NAME_PATTERN, StreamCreate, StreamList, StreamOut
 
-router = APIRouter(prefix="/v1/streams", tags=["streams"])
+router = APIRouter(prefix="/v1/streams", tags=["streams"], route_class=JsonRoute)
 StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
 
 

@@ -11,9 +11,10 @@ from importlib.resources import files
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
+from service.deps import JsonRoute
 from service.errors import NotFound
 
-router = APIRouter(tags=["web"], include_in_schema=False)
+router = APIRouter(tags=["web"], include_in_schema=False, route_class=JsonRoute)
 
 STATIC = files(__package__).joinpath("static")
 TYPES = {

@@ -3,13 +3,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from service.audit import service as audit
-from service.deps import AdminKey, AnyKey, CtxDep, SessionDep
+from service.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
 from service.errors import NotFound, error_responses
 from service.streams.router import StreamPath
 from service.windows import service
 from service.windows.schemas import RollOut, WindowsOut
 
-router = APIRouter(prefix="/v1/streams", tags=["windows"])
+router = APIRouter(prefix="/v1/streams", tags=["windows"], route_class=JsonRoute)
 
 
 @router.get("/{stream}/windows", response_model=WindowsOut, responses=error_responses(NotFound))

@@ -159,13 +159,19 @@ async def test_limits_and_auth(api: Api) -> None:
     big = {"observations": [obs("u" * 200, "i", 20, "1")] * 20000}
     r = await api.post(f"/v1/streams/{name}/observations", role="producer", json=big)
     assert r.status_code == 413 and r.json()["error"] == "PayloadTooLarge"
-    r = await api.post(
-        f"/v1/streams/{name}/observations",
-        role="producer",
-        content=b"{not json",
-        headers={"Content-Type": "application/json"},
-    )
-    assert r.status_code == 422
+    for bad in (
+        b"{not json",
+        b'{"observations": [{"features": {"age": NaN}, "label": "1"}]}',
+        b'{"observations": [{"features": {"age": 1e999999}, "label": "1"}]}',
+        b'{"observations": [{"features": {"user": "\xff"}, "label": "1"}]}',
+    ):
+        r = await api.post(
+            f"/v1/streams/{name}/observations",
+            role="producer",
+            content=bad,
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 422, (bad, r.text)
     r = await api.post(
         f"/v1/streams/{name}/observations",
         role="model",

@@ -82,11 +82,15 @@ async def test_keys_and_roles(api: Api) -> None:
 
 
 async def test_health_and_openapi(api: Api) -> None:
+    await api.get("/v1/streams/does-not-exist", role="model")
     assert (await api.client.get("/healthz")).json() == {"status": "ok"}
     assert (await api.client.get("/readyz")).status_code == 200
     spec = (await api.client.get("/openapi.json")).json()
     assert "/v1/streams/{stream}/observations" in spec["paths"]
-    assert (await api.client.get("/metrics")).status_code == 200
+    text = (await api.client.get("/metrics")).text
+    # requests are counted per route template and status (raw paths would leak names)
+    assert 'selectivity_requests_total{route="/v1/streams/{stream}",status="404"}' in text
+    assert 'selectivity_requests_total{route="/healthz",status="200"}' in text
 
 
 async def test_a_failed_creation_leaves_nothing_that_breaks_the_next(api: Api) -> None:
