@@ -16,6 +16,8 @@ class Settings(BaseSettings):
     env: Literal["development", "production"] = "development"
     data_dir: Path = Path("./.selectivity")
     redis_url: str | None = None
+    # The Redis URL names a node of a Redis Cluster.
+    redis_cluster: bool = False
     database_url: str | None = None
     coldstore_dir: Path | None = None
     admin_key: str | None = None

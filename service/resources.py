@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from service.config import Settings
 from service.context import AppContext
@@ -58,14 +58,19 @@ def _wait_or_kill(pid: int, timeout: float = 10.0) -> None:
         process.kill()
 
 
-def redis_client(url: str) -> Redis:
+def redis_client(url: str, *, cluster: bool = False) -> Redis:
+    """A client of the Redis at ``url``; with ``cluster``, of the Redis Cluster that ``url``
+    names a node of (every key of one stream window, or of one stream, shares a hash tag:
+    ``service.keys``)."""
+    if cluster:
+        return cast(Redis, RedisCluster.from_url(url))
     return Redis.from_url(url)
 
 
 async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) -> AppContext:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.redis_url:
-        redis = redis_client(settings.redis_url)
+        redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
     else:
         if embedded is None:
             raise ValueError("embedded mode needs an EmbeddedRedis")

