@@ -93,3 +93,32 @@ def test_limits() -> None:
         crypto.generate_key(shares=2, threshold=3)
     with pytest.raises(ValueError):
         crypto.generate_key(shares=17, threshold=2)
+
+
+def _sealed_as(header_: dict[str, object], body: bytes, public_key: bytes) -> bytes:
+    """A segment file with this header and compressed body, sealed as ``crypto.seal`` does."""
+    import struct
+
+    hdr = crypto.header_bytes(header_)
+    sealed = crypto.SUITE.encrypt(
+        body, crypto.public_key_of(public_key), info=crypto.INFO_PREFIX + hdr
+    )
+    return crypto.MAGIC + struct.pack(">I", len(hdr)) + hdr + sealed
+
+
+def test_segments_are_zstd_and_earlier_zlib_segments_still_open(key: crypto.NewKey) -> None:
+    import zlib
+
+    sk = crypto.combine(key.shares[:2], public_key=key.public_key, tag=key.verification_tag)
+    new, _ = crypto.open_segment(crypto.seal(header(), ROWS, key.public_key), sk)
+    assert new["codec"] == "zstd" and new["size"] == len(crypto.encode_rows(ROWS))
+    plain = crypto.encode_rows(ROWS)
+    old = _sealed_as({**header(), "v": 1, "codec": "zlib"}, zlib.compress(plain, 6), key.public_key)
+    assert crypto.open_segment(old, sk)[1] == [(e.decode(), r) for e, r in ROWS]
+    for bad in (
+        {**header(), "v": 1, "codec": "zstd"},  # no size
+        {**header(), "v": 1, "codec": "zstd", "size": 2**40},  # a decompression bomb
+        {**header(), "v": 1, "codec": "lzma", "size": len(plain)},
+    ):
+        with pytest.raises(crypto.SegmentError):
+            crypto.open_segment(_sealed_as(bad, zlib.compress(plain), key.public_key), sk)
