@@ -36,6 +36,10 @@ class Keys:
     def hot(self, s: str, w: int) -> str:
         return f"{self.prefix}:{{{s}:{w}}}:hot"
 
+    def cols(self, s: str, w: int) -> str:
+        """The counted hot rows by column (``service.features.hotrows.to_ipc``), a list."""
+        return f"{self.prefix}:{{{s}:{w}}}:cols"
+
     def users(self, s: str, w: int) -> str:
         """Per-user observation counters of a window (keyed hashes of user ids, never raw)."""
         return f"{self.prefix}:{{{s}:{w}}}:users"

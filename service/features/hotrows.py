@@ -404,3 +404,73 @@ def _gather(
     np.cumsum(length, out=offsets[1:])
     index = np.arange(offsets[-1], dtype=np.int64) + np.repeat(start - offsets[:-1], length)
     return buf[index], offsets.astype(np.int32)
+
+
+# -- the counted form ---------------------------------------------------------------------
+# The counting job parses every hot row once (to count it); it keeps what it parsed, by
+# column, next to the hot stream (``Keys.cols``), so that the train set reads counted rows
+# without parsing their JSON again: one Arrow IPC stream per counted run of entries, with the
+# run's bounds in the schema metadata.
+
+
+@dataclass(frozen=True)
+class Counted:
+    """One counted run of a window's hot entries: those after ``after`` (b'' for the first)
+    up to ``last``, by column."""
+
+    after: bytes
+    last: bytes
+    chunk: Chunk
+
+
+def to_ipc(chunk: Chunk, *, after: bytes, last: bytes, passthrough: Sequence[str]) -> bytes:
+    """``chunk`` as one Arrow IPC stream: ids, times, labels, each feature's codes as a
+    dictionary array (its keys, canonical bytes, the dictionary), each passthrough column."""
+    arrays: list[pa.Array] = [chunk.ids, chunk.times, chunk.labels]
+    names = ["id", "t", "y"]
+    for name, e in chunk.encoded.items():
+        keys = pa.array(e.keys, pa.binary())
+        arrays.append(pa.DictionaryArray.from_arrays(pa.array(e.codes, pa.int32()), keys))
+        names.append("f:" + name)
+    for name, values in zip(passthrough, chunk.raw, strict=True):
+        arrays.append(pa.array(values, pa.float64()))
+        names.append("r:" + name)
+    schema = pa.schema(
+        [pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)],
+        metadata={"after": after, "last": last},
+    )
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def bounds_of(blob: bytes) -> tuple[bytes, bytes]:
+    """``(after, last)`` of a ``to_ipc`` blob, reading only its schema."""
+    meta = pa.ipc.open_stream(blob).schema.metadata
+    return meta[b"after"], meta[b"last"]
+
+
+def from_ipc(blob: bytes, *, encode: Sequence[str], passthrough: Sequence[str]) -> Counted:
+    """A ``to_ipc`` blob read back: the features ``encode`` and the passthrough columns."""
+    reader = pa.ipc.open_stream(blob)
+    meta = reader.schema.metadata
+    batch = reader.read_all().combine_chunks().to_batches()[0]
+    encoded = {}
+    for name in encode:
+        col = batch.column("f:" + name)
+        codes = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        encoded[name] = Encoded(codes, col.dictionary.to_pylist())
+    return Counted(
+        after=meta[b"after"],
+        last=meta[b"last"],
+        chunk=Chunk(
+            n_rows=batch.num_rows,
+            ids=batch.column("id"),
+            times=batch.column("t"),
+            labels=batch.column("y"),
+            encoded=encoded,
+            raw=[batch.column("r:" + n).to_numpy(zero_copy_only=False) for n in passthrough],
+        ),
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -311,24 +311,48 @@ def _schema(fz: Featurizer) -> pa.Schema:
 
 
 async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
-    """The hot period of the served epoch, read in chunks up to a snapshot of each window's
-    last entry, featurized chunk by chunk (never built whole in memory). A chunk arrives as
-    one string of JSON rows (``WindowStore.hot_chunk``); the next one is read while it is
-    parsed, featurized and turned into a record batch in a worker thread, and up to
-    ``TRAINSET_PARALLEL`` chunks are featurized at once (most of the work is numpy, which
-    releases the GIL); batches come out in order."""
+    """The hot period of the served epoch, window by window up to a snapshot of each window's
+    last entry, featurized run by run (never built whole in memory). The rows the counting job
+    has counted come by column, as it parsed them (``Keys.cols``: Arrow IPC, one per counted
+    run, in order); the rest arrive as chunks of JSON rows (``WindowStore.hot_chunk``), parsed
+    here. Each run is featurized into record batches in a worker thread while the next is
+    read, up to ``TRAINSET_PARALLEL`` at once (most of the work is numpy, which releases the
+    GIL); batches come out in order."""
     windows = store_of(ctx)
     rt = fz.rt
     schema = _schema(fz)
     lo, hi = rt.hot_period(fz.epoch)
-    working: deque[asyncio.Future[pa.RecordBatch]] = deque()
+    working: deque[asyncio.Future[list[pa.RecordBatch]]] = deque()
     ahead: asyncio.Future[tuple[bytes, int, bytes] | None] | None = None
+
+    def start(job: Callable[..., list[pa.RecordBatch]], *args: object) -> None:
+        working.append(asyncio.ensure_future(asyncio.to_thread(job, fz, schema, *args)))
+
     try:
         for w in range(max(lo, 1), hi + 1):
+            runs = await windows.cols_length(rt.name, w)  # before the last entry: runs ≤ it
             last = await windows.hot_last_id(rt.name, w)
             if last is None:
                 continue
-            ahead = asyncio.ensure_future(windows.hot_chunk(rt.name, w, "-", last, TRAINSET_CHUNK))
+            covered = b""  # the last entry of the counted runs read
+            for i in range(runs):
+                blob = await windows.cols_at(rt.name, w, i)
+                if blob is None:
+                    break  # expired under us
+                after, run_last = hotrows.bounds_of(blob)
+                if after != covered:
+                    break  # not contiguous (runs from before counting kept them): read JSON
+                start(_counted_batches, w, blob)
+                covered = run_last
+                while len(working) >= TRAINSET_PARALLEL:
+                    for batch in await working.popleft():
+                        yield batch
+            if covered == last:
+                continue
+            begin = b"(" + covered if covered else "-"
+            ahead = asyncio.ensure_future(
+                windows.hot_chunk(rt.name, w, begin, last, TRAINSET_CHUNK)
+            )
             while True:
                 chunk = await ahead
                 if chunk is None:
@@ -339,15 +363,15 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
                     ahead = asyncio.ensure_future(
                         windows.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
                     )
-                working.append(
-                    asyncio.ensure_future(asyncio.to_thread(_record_batch, fz, schema, w, rows))
-                )
-                if len(working) >= TRAINSET_PARALLEL:
-                    yield await working.popleft()
+                start(_json_batches, w, rows)
+                while len(working) >= TRAINSET_PARALLEL:
+                    for batch in await working.popleft():
+                        yield batch
                 if not more:
                     break
         while working:
-            yield await working.popleft()
+            for batch in await working.popleft():
+                yield batch
     finally:  # the consumer stopped early: drop the read ahead and the batches not taken
         if ahead is not None:
             ahead.cancel()  # (a no-op when done)
@@ -355,12 +379,29 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
             job.cancel()
 
 
-def _record_batch(fz: Featurizer, schema: pa.Schema, window: int, rows: bytes) -> pa.RecordBatch:
-    """One chunk of hot rows (``row,row,...`` JSON) → a record batch of the train set."""
+def _json_batches(
+    fz: Featurizer, schema: pa.Schema, window: int, rows: bytes
+) -> list[pa.RecordBatch]:
+    """One chunk of hot rows (``row,row,...`` JSON) → record batches of the train set."""
     specs = {f.name: f for f in fz.rt.features}
     chunk = hotrows.parse_chunk(
         rows, encode=[specs[f] for f in fz.encoded_features], passthrough=fz.rt.passthrough
     )
+    return _batches(fz, schema, window, chunk)
+
+
+def _counted_batches(
+    fz: Featurizer, schema: pa.Schema, window: int, blob: bytes
+) -> list[pa.RecordBatch]:
+    """One counted run (``hotrows.to_ipc``) → record batches of the train set."""
+    run = hotrows.from_ipc(blob, encode=fz.encoded_features, passthrough=fz.rt.passthrough)
+    return _batches(fz, schema, window, run.chunk)
+
+
+def _batches(
+    fz: Featurizer, schema: pa.Schema, window: int, chunk: hotrows.Chunk
+) -> list[pa.RecordBatch]:
+    """A chunk featurized: record batches of at most ``TRAINSET_CHUNK`` rows."""
     columns = fz.transform_encoded(chunk.encoded, chunk.raw, chunk.n_rows, by_column=True)
     arrays = [
         chunk.ids,
@@ -369,7 +410,8 @@ def _record_batch(fz: Featurizer, schema: pa.Schema, window: int, rows: bytes) -
         chunk.labels,
     ]
     arrays += [pa.array(col) for col in columns]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return [batch.slice(i, TRAINSET_CHUNK) for i in range(0, max(chunk.n_rows, 1), TRAINSET_CHUNK)]
 
 
 async def trainset(

@@ -228,18 +228,20 @@ class Parsed:
         )
 
 
-def parse_rows(rt: StreamRuntime, tables: Sequence[TableRef], rows: bytes) -> Parsed:
-    """Hot rows (``WindowStore.hot_chunk``) parsed for counting into ``tables``."""
-    user_key = rt.config.privacy.user_key
-    needed = {f for t in tables for f in t.features} | ({user_key} if user_key else set())
-    chunk = hotrows.parse_chunk(
-        rows, encode=[f for f in rt.features if f.name in needed], passthrough=()
-    )
+def parse_rows(
+    rt: StreamRuntime, rows: bytes, *, after: bytes, last: bytes
+) -> tuple[Parsed, bytes]:
+    """Hot rows (``WindowStore.hot_chunk``: the entries after ``after`` up to ``last``)
+    parsed for counting, and the same rows by column as the train set reads them
+    (``hotrows.to_ipc``: every feature's codes, the passthrough values, ids, times, labels)."""
+    chunk = hotrows.parse_chunk(rows, encode=list(rt.features), passthrough=rt.passthrough)
+    blob = hotrows.to_ipc(chunk, after=after, last=last, passthrough=rt.passthrough)
     labels = label_codes(rt, chunk.labels)
+    user_key = rt.config.privacy.user_key
     if user_key is None:
-        return Parsed(chunk.encoded, labels)
+        return Parsed(chunk.encoded, labels), blob
     user = chunk.encoded[user_key]
-    return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user))
+    return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user)), blob
 
 
 def _added(inc: Increments, tables: list[int], whole: list[bytes | None]) -> list[bytes]:
@@ -251,8 +253,9 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
     none is left (for at most ``COUNT_SECONDS_MAX`` past the entries there were at the start);
     returns the number of entries counted by this call. Safe to run concurrently and to crash
     anywhere: each run of entries is applied together with the move of the window's
-    checkpoint, by compare-and-set (``count.lua``), so every entry is counted exactly once. A
-    window leaves the hot period only once it is counted to its end (``windows.roll`` and
+    checkpoint, by compare-and-set (``count.lua``), so every entry is counted exactly once; the
+    rows parsed by column go with them (``Keys.cols``: the train set reads those). A window
+    leaves the hot period only once it is counted to its end (``windows.roll`` and
     ``windows.expire`` call this first)."""
     store = _store(ctx)
     windows = store_of(ctx)
@@ -279,7 +282,9 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
         if chunk is None:
             return total
         checkpoint, n, rows = chunk
-        parsed = await asyncio.to_thread(parse_rows, rt, tables, rows)
+        parsed, blob = await asyncio.to_thread(
+            parse_rows, rt, rows, after=expected, last=checkpoint
+        )
         users = b""
         counted = parsed
         if parsed.users is not None:
@@ -319,6 +324,7 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
             values=[values[i] for i in range(inc.n_tables)],
             users=users,
             users_ttl=users_ttl,
+            columns=blob,
         )
         if status == "missing":
             raise Unavailable(f"window {window} of stream {rt.name!r} has no tables to count into")

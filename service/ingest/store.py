@@ -80,13 +80,16 @@ class IngestStore:
         values: list[bytes],
         users: bytes,
         users_ttl: int,
+        columns: bytes,
     ) -> tuple[str, bytes | None]:
         """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
         atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
         current checkpoint)`` or ``('missing', table key)``. ``values[i]``: table
         ``table_ids[i]``'s new cells when ``whole[i]``, else its increments
-        (``service.pack_ops``); the prior table's last. ``users``: ``b'hash seen ...'``."""
+        (``service.pack_ops``); the prior table's last. ``users``: ``b'hash seen ...'``;
+        ``columns``: the run's rows by column, appended to the window's ``cols`` list."""
         keys = [self.k.meta(stream, window), self.k.users(stream, window)]
+        keys.append(self.k.cols(stream, window))
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
         modes = "".join("s" if w else "i" for w in whole)
@@ -98,6 +101,7 @@ class IngestStore:
             *values,
             users_ttl,
             users,
+            columns,
         ]
         res = await self._count(keys=keys, args=args)
         return _status(res), (bytes(res[1]) if len(res) > 1 else None)

@@ -153,7 +153,7 @@ class WindowStore:
         )
 
     async def delete_hot(self, s: str, w: int) -> None:
-        await self.r.delete(self.k.hot(s, w), self.k.users(s, w))
+        await self.r.delete(self.k.hot(s, w), self.k.cols(s, w), self.k.users(s, w))
 
     async def delete_meta(self, s: str, w: int) -> None:
         await self.r.delete(self.k.meta(s, w))
@@ -214,6 +214,13 @@ class WindowStore:
             return None
         last, n, rows = cast(list, res)
         return bytes(last), int(n), bytes(rows)
+
+    async def cols_length(self, s: str, w: int) -> int:
+        return int(await self.r.llen(self.k.cols(s, w)))
+
+    async def cols_at(self, s: str, w: int, i: int) -> bytes | None:
+        """The ``i``-th counted run of window ``w`` (``hotrows.to_ipc``); runs never change."""
+        return cast(bytes | None, await self.r.lindex(self.k.cols(s, w), i))
 
     async def hot_range(
         self, s: str, w: int, start: bytes | str, end: bytes | str, count: int

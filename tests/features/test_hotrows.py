@@ -264,7 +264,12 @@ def test_record_batch_equals_the_row_by_row_path(n: int) -> None:
     schema = features._schema(fz)
     rows = stored(random_rows(rng, n))
     want = _old_record_batch(fz, schema, 3, rows)
-    assert_batches_equal(features._record_batch(fz, schema, 3, rows), want)
+    assert_batches_equal(_one(features._json_batches(fz, schema, 3, rows)), want)
+    # the counted form (what the counting job keeps, Arrow IPC) gives the same batch
+    chunk = hotrows.parse_chunk(rows, encode=list(fz.rt.features), passthrough=fz.rt.passthrough)
+    blob = hotrows.to_ipc(chunk, after=b"", last=b"9-9", passthrough=fz.rt.passthrough)
+    assert hotrows.bounds_of(blob) == (b"", b"9-9")
+    assert_batches_equal(_one(features._counted_batches(fz, schema, 3, blob)), want)
     assert want.schema.names[4:] == fz.columns and len(fz.columns) == 9 * len(TABLES) + 2
 
 
@@ -276,8 +281,13 @@ def test_record_batch_equals_the_row_by_row_path_when_falling_back() -> None:
     rows[3]["f"]["user"] = 'say "hi"'  # type: ignore[index]
     chunk = stored(rows)
     assert_batches_equal(
-        features._record_batch(fz, schema, 1, chunk), _old_record_batch(fz, schema, 1, chunk)
+        _one(features._json_batches(fz, schema, 1, chunk)), _old_record_batch(fz, schema, 1, chunk)
     )
+
+
+def _one(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    assert len(batches) == 1
+    return batches[0]
 
 
 JSONABLE = st.one_of(
@@ -363,6 +373,84 @@ async def test_trainset_reads_ingested_rows_without_falling_back_and_streams_ipc
         for b in batches:
             writer.write_batch(b)
     assert r.content == buf.getvalue()
+
+
+async def test_trainset_from_counted_runs_equals_the_trainset_from_json(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows the counting job has counted reach the train set by column (its Arrow IPC runs),
+    the rest as JSON: the download holds bit for bit the rows read all from JSON, whether the
+    window is counted in full, in part, or not at all; and the runs go with the hot data."""
+    from service.ingest import service as ingest
+    from service.windows.service import store_of
+
+    monkeypatch.setattr(features, "TRAINSET_CHUNK", 7)
+    monkeypatch.setattr(ingest, "COUNT_CHUNK", 9)
+    name = unique("runs")
+    body = stream_body(name, hot_windows=2)
+    assert (await api.post("/v1/streams", json=body)).status_code == 201
+    rng = np.random.default_rng(8)
+
+    async def send(k: int) -> None:
+        observations = [
+            {
+                "id": f"r{k}-{i}",
+                "features": {
+                    "user": str(rng.choice(["alice", "bob", "é", "7"])),
+                    "item": [3, 3.5, True, "x", None][i % 5],
+                    "age": [17, 18, 24.5, None, -3, 1e6][i % 6],
+                },
+                "label": str(i % 2),
+            }
+            for i in range(30)
+        ]
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": observations}
+        )
+        assert r.status_code == 202
+
+    async def download() -> bytes:
+        r = await api.get(f"/v1/streams/{name}/trainset", role="model")
+        assert r.status_code == 200
+        return r.content
+
+    rt = await features.streams.runtime(ctx=api.ctx, name=name)
+    store = store_of(api.ctx)
+    await send(0)
+    await ingest.count_window(ctx=api.ctx, rt=rt, window=1)  # window 1 counted in full
+    assert await store.cols_length(name, 1) == 4  # runs of 9, 9, 9, 3
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
+    await send(1)
+    hot = api.ctx.keys.hot(name, 2)
+    entries = await api.ctx.redis.xrange(hot, count=12)
+    # window 2 counted in part: the first 12 of its 30 rows (the rest is read as JSON)
+    monkeypatch.setattr(ingest, "COUNT_CHUNK", 12)
+    monkeypatch.setattr(store, "hot_last_id", _fixed(entries[-1][0], store.hot_last_id, name, 2))
+    assert await ingest.count_window(ctx=api.ctx, rt=rt, window=2) == 12
+    monkeypatch.undo()
+    monkeypatch.setattr(features, "TRAINSET_CHUNK", 7)
+    assert await store.cols_length(name, 2) == 1
+    with_runs = await download()
+    for w in (1, 2):
+        await api.ctx.redis.delete(api.ctx.keys.cols(name, w))
+    table = pa.ipc.open_stream(with_runs).read_all()
+    from_json = pa.ipc.open_stream(await download()).read_all()
+    assert_batches_equal(
+        table.combine_chunks().to_batches()[0], from_json.combine_chunks().to_batches()[0]
+    )
+    assert table.num_rows == 60 and table.column("id").to_pylist()[:2] == ["r0-0", "r0-1"]
+    await ingest.count_window(ctx=api.ctx, rt=rt, window=1)  # (a no-op: counted)
+    await store.delete_hot(name, 1)
+    assert not await api.ctx.redis.exists(api.ctx.keys.cols(name, 1))
+
+
+def _fixed(last: bytes, real, name: str, window: int):  # type: ignore[no-untyped-def]
+    """``hot_last_id`` that reports ``last`` for one window (a snapshot taken earlier)."""
+
+    async def hot_last_id(s: str, w: int) -> bytes | None:
+        return last if (s, w) == (name, window) else await real(s, w)
+
+    return hot_last_id
 
 
 @pytest.mark.parametrize("n_features", [300, 1000])  # no 2^16-slot table: binary search

@@ -196,7 +196,7 @@ def _ops(rt, body):  # type: ignore[no-untyped-def]
     stores them (JSON), not from the request's values."""
     rows = ingest_service.batch_rows(body)
     tables = ingest_service.tables_of(rt, 1)
-    parsed = ingest_service.parse_rows(rt, tables, b",".join(rows))
+    parsed, _ = ingest_service.parse_rows(rt, b",".join(rows), after=b"", last=b"")
     ops = ingest_service.count_ops(rt, tables, parsed.encoded, parsed.labels)
     return [t.id for t in tables], ops, rows
 
