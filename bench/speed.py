@@ -598,6 +598,8 @@ class HttpResult:
     trainset: list[dict[str, float]]
     xrange: list[dict[str, float]]
     batch: int
+    hot_bytes: float = float("nan")  # Redis memory of the hot window's stream, per row
+    cols_bytes: float = float("nan")  # ... of its counted runs by column, per row
 
 
 def cpu_seconds(pid: int) -> float:
@@ -691,6 +693,14 @@ def bench_http(opt: Options) -> HttpResult:
         say(f"hot window: ingesting {opt.http_rows:,} rows into window 2 (not timed)")
         run(job_ingest, port, producer, name, n, seed, opt.http_rows, n, b, bound)
         hot = keys.hot(name, 2)
+        # the worker counts the window as it fills (every second); the train set then reads
+        # the counted rows by column, as it would a minute after they arrived
+        run(job_wait_counted, server.socket, keys.meta(name, 2), hot, bound)
+        with redis.Redis(unix_socket_path=server.socket) as r:
+            rows_hot = int(r.xlen(hot))
+            hot_bytes = int(r.memory_usage(hot, samples=0) or 0) / rows_hot
+            cols_bytes = int(r.memory_usage(keys.cols(name, 2), samples=0) or 0) / rows_hot
+        say(f"hot window: {hot_bytes:.0f} B/row as JSON, {cols_bytes:.0f} B/row by column")
         say("trainset: warm-up (not timed)")
         run(job_trainset, port, model, name)
         run(job_xrange, server.socket, hot, TRAINSET_CHUNK)
@@ -706,7 +716,7 @@ def bench_http(opt: Options) -> HttpResult:
                 f"Redis {1e6 * t['redis_cpu'] / t['rows']:.1f}, "
                 f"client {1e6 * t['client_cpu'] / t['rows']:.1f}"
             )
-        return HttpResult(latency, ingest, xadd, trainset, xrange, opt.batch)
+        return HttpResult(latency, ingest, xadd, trainset, xrange, opt.batch, hot_bytes, cols_bytes)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         server.close()
@@ -947,10 +957,12 @@ class TrainsetProfile:
 
     rows: int
     keys_per_row: float  # distinct keys hashed per row, all tables
+    counted_us: float  # hotrows.from_ipc: a counted run's columns (what the worker parsed)
     read_us: float  # hotrows.parse_chunk: the chunk's JSON → codes, values, id/label columns
     rows_us: float  # hotrows.parse_rows: the same with orjson row by row (the fallback)
     featurize_us: float  # Featurizer.transform_encoded: hashes, estimates, derived columns
-    batch_us: float  # the whole _record_batch (read, featurize, Arrow arrays)
+    batch_us: float  # the whole _counted_batches (read, featurize, Arrow arrays)
+    json_batch_us: float  # the whole _json_batches (the same from JSON)
     serialize_us: float  # RecordBatch.serialize: the IPC message sent
 
 
@@ -969,7 +981,10 @@ def trainset_profile(repeats: int = 7) -> TrainsetProfile:
         "passthrough": rt.passthrough,
     }
     parsed = hotrows.parse_chunk(chunk, **kw)
-    batch = features._record_batch(fz, schema, 2, chunk)
+    every = hotrows.parse_chunk(chunk, encode=list(rt.features), passthrough=rt.passthrough)
+    blob = hotrows.to_ipc(every, after=b"", last=b"1-0", passthrough=rt.passthrough)
+    names = fz.encoded_features
+    (batch,) = features._counted_batches(fz, schema, 2, blob)
 
     def us(fn: Callable[[], object]) -> float:
         return 1e6 * report.median_time(fn, repeats=repeats) / n
@@ -977,12 +992,14 @@ def trainset_profile(repeats: int = 7) -> TrainsetProfile:
     return TrainsetProfile(
         rows=n,
         keys_per_row=sum(len(e.keys) for e in parsed.encoded.values()) / n,
+        counted_us=us(lambda: hotrows.from_ipc(blob, encode=names, passthrough=rt.passthrough)),
         read_us=us(lambda: hotrows.parse_chunk(chunk, **kw)),
         rows_us=us(lambda: hotrows.parse_rows(chunk, **kw)),
         featurize_us=us(
             lambda: fz.transform_encoded(parsed.encoded, parsed.raw, n, by_column=True)
         ),
-        batch_us=us(lambda: features._record_batch(fz, schema, 2, chunk)),
+        batch_us=us(lambda: features._counted_batches(fz, schema, 2, blob)),
+        json_batch_us=us(lambda: features._json_batches(fz, schema, 2, chunk)),
         serialize_us=us(batch.serialize),
     )
 
@@ -1273,23 +1290,25 @@ def explain(h: HttpResult, rows: list[Row]) -> str:
         head = (
             f"- **Train set** ({ts.ratio:.2f}× of XRANGE, target 0.5×"
             f"{', met' if ts.met else ''}): XRANGE only hands back the stored bytes "
-            f"({xr_us:.1f} µs per row, wall), while the train set reads each chunk of "
-            f"{tp.rows:,} stored rows (one string from `hot_chunk.lua`), featurizes 39 values "
-            f"per row and emits {int(t0['columns'])} float64 columns "
-            f"({t0['bytes'] / t0['rows'] / 1e3:.1f} kB of Arrow per row) that the client "
-            f"downloads and parses: {api_us:.1f} µs of API CPU, {redis_us:.1f} µs of Redis CPU "
-            f"and {client_us:.1f} µs of client CPU per row. "
+            f"({xr_us:.1f} µs per row, wall), while the train set reads the window's rows as "
+            f"the counting job parsed them (Arrow IPC, one blob per counted run; only rows not "
+            f"counted yet come as JSON), featurizes 39 values per row and emits "
+            f"{int(t0['columns'])} float64 columns ({t0['bytes'] / t0['rows'] / 1e3:.1f} kB of "
+            f"Arrow per row) that the client downloads and parses: {api_us:.1f} µs of API CPU, "
+            f"{redis_us:.1f} µs of Redis CPU and {client_us:.1f} µs of client CPU per row. "
         )
         notes.append(
-            head + f"Timed in process on one chunk: reading it (`hotrows.parse_chunk`: numpy "
-            f"passes over the JSON's bytes, no Python object per value) {tp.read_us:.1f} µs per "
-            f"row (orjson row by row, the fallback: {tp.rows_us:.1f}); featurizing "
-            f"(`transform_encoded`: {tp.keys_per_row:.1f} distinct keys hashed per row with "
-            f"BLAKE2b, one gather of estimates, one take per table) {tp.featurize_us:.1f}; the "
-            f"whole record batch {tp.batch_us:.1f}; its IPC message {tp.serialize_us:.1f}. "
-            f"The rest of the API's CPU is the HTTP response (uvicorn and the middleware copy "
-            f"each chunk's ~{t0['bytes'] / t0['rows'] * tp.rows / 1e6:.0f} MB) and reading the "
-            f"chunks from Redis."
+            head + f"Timed in process on {tp.rows:,} rows: reading a counted run "
+            f"(`hotrows.from_ipc`) {tp.counted_us:.2f} µs per row, against reading the same "
+            f"rows' JSON (`hotrows.parse_chunk`: numpy passes over the bytes) "
+            f"{tp.read_us:.1f} (orjson row by row, the fallback: {tp.rows_us:.1f}); "
+            f"featurizing (`transform_encoded`: {tp.keys_per_row:.1f} distinct keys hashed per "
+            f"row with BLAKE2b, one gather of estimates, one take per table) "
+            f"{tp.featurize_us:.1f}; the whole record batch {tp.batch_us:.1f} from a counted run, "
+            f"{tp.json_batch_us:.1f} from JSON; its IPC message {tp.serialize_us:.1f}. The "
+            f"price is memory: the hot window takes {h.hot_bytes:.0f} B per row in Redis as "
+            f"JSON (the stream, which the cold store seals) and {h.cols_bytes:.0f} B more by "
+            f"column ({h.cols_bytes / h.hot_bytes:.0%}), both deleted when the window expires."
         )
     return "\n".join(notes)
 
