@@ -36,6 +36,12 @@ Noise draws: the ε = 1 HTTP configurations are replayed 3 times (fresh streams,
 noise); (d) takes 3 draws per configuration; a per-table ablation (noise on one table at a time,
 10 % share, ε = 1) shows which tables carry the DP cost.
 
+Operating point: ``--features`` (which features get a count table, so ``max_tables``),
+``--depth`` and ``--width`` change the sketch (Δ1 = T·depth); ``--shares``, ``--epsilons``,
+``--mechanisms`` and ``--gaussian-delta`` restrict or change what is run (e.g. ``--depth 1
+--features user_id,movie_id,genres,zip3 --epsilons 1 --mechanisms none,laplace --skip-core``).
+Such a run prints its report; it appends to BENCHMARKS.md only with ``--append``.
+
 Runtime: about 10 minutes on 2 cores (``--quick``: under 2). The work is split into jobs (one
 per share for HTTP, one per share for (d), the ablation, the raw baselines) run by two worker
 processes. Per-cut results go to ``bench/plots/accuracy.csv``; ``--from-csv`` re-makes the
@@ -102,8 +108,91 @@ EPSILONS_FULL = (0.1, 0.5, 1.0, 5.0)
 TEST_SHARE = 0.01
 # 7 feature tables + the prior table = max_tables 8 (no room for selected groups: the tables,
 # and so the columns, are the same at every epoch). Δ1 = T·depth = 24, Δ2 = sqrt(24).
+# The operating point (``--features``, ``--width``, ``--depth``) can change these; they are set
+# once per process by ``configure`` (in the main process and in every worker).
 WIDTH, DEPTH = 16384, 3
-MAX_TABLES = len(movielens.FEATURES) + 1
+FEATURES: tuple[str, ...] = tuple(movielens.FEATURES)
+MAX_TABLES = len(FEATURES) + 1
+
+
+@dataclass(frozen=True)
+class Sketching:
+    """The stream owner's operating point: which features get a count table (and so
+    ``max_tables`` = features + the prior table), the sketch width and depth. Δ1 = T·depth."""
+
+    features: tuple[str, ...] = tuple(movielens.FEATURES)
+    width: int = WIDTH
+    depth: int = DEPTH
+
+    @property
+    def max_tables(self) -> int:
+        return len(self.features) + 1
+
+    @property
+    def default(self) -> bool:
+        return self == Sketching()
+
+
+def configure(sketching: Sketching) -> None:
+    """Make ``sketching`` this process's operating point (the module constants above)."""
+    global WIDTH, DEPTH, FEATURES, MAX_TABLES
+    WIDTH, DEPTH = sketching.width, sketching.depth
+    FEATURES = tuple(sketching.features)
+    MAX_TABLES = sketching.max_tables
+
+
+FEATURE_WORDS = {
+    "user_id": "user",
+    "movie_id": "movie",
+    "genres": "genres",
+    "age": "age (bucketed)",
+    "gender": "gender",
+    "occupation": "occupation",
+    "zip3": "zip3",
+}
+
+
+def features_text(features: Sequence[str] | None = None) -> str:
+    return ", ".join(FEATURE_WORDS[f] for f in (FEATURES if features is None else features))
+
+
+def stream_features() -> list[dict[str, Any]]:
+    """The stream's features: MovieLens's, restricted to the operating point's."""
+    return [f for f in movielens.stream_features() if f["name"] in FEATURES]
+
+
+def feature_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows for ``featurize`` with the operating point's features only (the service refuses
+    unknown features)."""
+    rows = movielens.feature_rows(df)
+    if tuple(movielens.FEATURES) == FEATURES:
+        return rows
+    return [{f: r[f] for f in FEATURES} for r in rows]
+
+
+def observations(df: pd.DataFrame) -> list[dict[str, Any]]:
+    obs = movielens.observations(df)
+    if tuple(movielens.FEATURES) == FEATURES:
+        return obs
+    for o in obs:
+        o["features"] = {f: o["features"][f] for f in FEATURES}
+    return obs
+
+
+@functools.cache
+def rho_for_approx_dp(epsilon: float, delta: float) -> float:
+    """The largest ρ whose ρ-zCDP implies (ε, δ)-DP (``zcdp_to_approx_dp`` is increasing in ρ;
+    bisection, rounded down so that the guarantee holds)."""
+    lo, hi = 1e-12, max(epsilon, 1.0)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if zcdp_to_approx_dp(rho=mid, delta=delta) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 LGB_PARAMS: dict[str, Any] = {
     "objective": "binary",
     "learning_rate": 0.05,
@@ -139,11 +228,22 @@ Say = Callable[[str], None]
 class Privacy:
     mechanism: str  # "none" | "laplace" | "gaussian"
     epsilon: float | None = None  # laplace: ε; gaussian: the ε whose ρ = ε²/2
-    depth: int = DEPTH  # sketch depth (Δ1 = T·depth)
+    depth: int | None = None  # sketch depth (Δ1 = T·depth); None: the run's (DEPTH)
+    # gaussian only: None for ρ = ε²/2 (the laplace row's zCDP bound); a δ for the largest ρ
+    # that is (ε, δ)-DP (the laplace row's ε, with a δ)
+    delta: float | None = None
+
+    @property
+    def sketch_depth(self) -> int:
+        return DEPTH if self.depth is None else self.depth
 
     @property
     def rho(self) -> float | None:
-        return None if self.mechanism != "gaussian" else self.epsilon**2 / 2  # type: ignore[operator]
+        if self.mechanism != "gaussian":
+            return None
+        if self.delta is not None:
+            return rho_for_approx_dp(self.epsilon, self.delta)  # type: ignore[arg-type]
+        return self.epsilon**2 / 2  # type: ignore[operator]
 
     @property
     def label(self) -> str:
@@ -152,8 +252,12 @@ class Privacy:
         elif self.mechanism == "laplace":
             text = f"laplace ε={self.epsilon:g}"
         else:
-            text = f"gaussian ρ={self.rho:g} (ε={self.epsilon:g})"
-        return text if self.depth == DEPTH else f"{text}, depth {self.depth}"
+            text = (
+                f"gaussian ρ={self.rho:g} (ε={self.epsilon:g})"
+                if self.delta is None
+                else f"gaussian ρ={self.rho:.4g} ((ε={self.epsilon:g}, δ={self.delta:g})-DP)"
+            )
+        return text if self.sketch_depth == DEPTH else f"{text}, depth {self.sketch_depth}"
 
     @property
     def body(self) -> dict[str, Any]:
@@ -166,7 +270,7 @@ class Privacy:
     @property
     def scale(self) -> float:
         """Per-cell, per-window noise: Laplace b = Δ1/ε, Gaussian σ = Δ2/sqrt(2ρ)."""
-        t_depth = MAX_TABLES * self.depth
+        t_depth = MAX_TABLES * self.sketch_depth
         if self.mechanism == "laplace":
             return t_depth / self.epsilon  # type: ignore[operator]
         if self.mechanism == "gaussian":
@@ -183,11 +287,18 @@ class Privacy:
         return 0.0
 
 
-def privacies(epsilons: Sequence[float]) -> list[Privacy]:
-    """The sweep: no noise, laplace ε, gaussian ρ = ε²/2."""
-    out = [Privacy("none")]
-    out += [Privacy("laplace", e) for e in epsilons]
-    out += [Privacy("gaussian", e) for e in epsilons]
+def privacies(
+    epsilons: Sequence[float],
+    mechanisms: Sequence[str] = ("none", "laplace", "gaussian"),
+    gaussian_delta: float | None = None,
+) -> list[Privacy]:
+    """The sweep: no noise, laplace ε, gaussian ρ = ε²/2 (or the (ε, δ)-DP ρ with a δ),
+    restricted to ``mechanisms``."""
+    out = [Privacy("none")] if "none" in mechanisms else []
+    if "laplace" in mechanisms:
+        out += [Privacy("laplace", e) for e in epsilons]
+    if "gaussian" in mechanisms:
+        out += [Privacy("gaussian", e, delta=gaussian_delta) for e in epsilons]
     return out
 
 
@@ -388,13 +499,13 @@ async def replay(
     name = f"acc-{secrets.token_hex(4)}"
     body = {
         "name": name,
-        "features": movielens.stream_features(),
+        "features": stream_features(),
         "labels": ["0", "1"],
         "window_seconds": 366 * 86400,  # no scheduled roll: only the forced ones below
         "hot_windows": 1,
         "retention_windows": last + 1,  # the count period is all history
         "privacy": privacy.body,
-        "sketch": {"width": WIDTH, "depth": privacy.depth},
+        "sketch": {"width": WIDTH, "depth": privacy.sketch_depth},
         "max_tables": MAX_TABLES,
     }
     r = await svc.call("POST", "/streams", "admin", 201, json=body)
@@ -480,9 +591,15 @@ async def _evaluate(
         log_loss(yt, p),
         auc(yt, p),
         rounds,
-        backoff_movie=float(x_test[:, columns.index("movie_id:backoff")].mean()),
-        backoff_user=float(x_test[:, columns.index("user_id:backoff")].mean()),
+        backoff_movie=_backoff(x_test, columns, "movie_id"),
+        backoff_user=_backoff(x_test, columns, "user_id"),
     )
+
+
+def _backoff(x: np.ndarray, columns: list[str], feature: str) -> float:
+    """Share of rows whose ``feature`` table backs off (NaN without that table)."""
+    name = f"{feature}:backoff"
+    return float(x[:, columns.index(name)].mean()) if name in columns else math.nan
 
 
 async def http_sweep(
@@ -498,8 +615,8 @@ async def http_sweep(
     ε = 1 ones ``draws_eps1`` times, each a fresh stream, so a fresh noise draw);
     ``concurrency`` streams at a time share the app (one waits on Redis or on the noise
     thread while another parses JSON)."""
-    obs = movielens.observations(df)
-    rows = movielens.feature_rows(df)
+    obs = observations(df)
+    rows = feature_rows(df)
     out: list[Eval] = []
     gate = asyncio.Semaphore(concurrency)
 
@@ -545,10 +662,10 @@ class Core:
 
         self.features = [
             FeatureSpec(f["name"], f["kind"], tuple(f.get("buckets") or ()))
-            for f in movielens.stream_features()
+            for f in stream_features()
         ]
         self.names = [f.name for f in self.features]
-        self.values = row_keys(movielens.feature_rows(df), self.features)
+        self.values = row_keys(feature_rows(df), self.features)
         self.y = movielens.labels01(df)
         self.labels = self.y.astype(np.int64)
         self.movies = df["movie_id"].to_numpy()
@@ -632,7 +749,7 @@ class Core:
         noise (default all, the prior table included); the others are exact and never back
         off (for the per-table ablation)."""
 
-        spec, _ = self.sketch(privacy.depth)
+        spec, _ = self.sketch(privacy.sketch_depth)
         noisy_set = set(self.names) | {"prior"} if noisy is None else set(noisy)
         w = plan.window(share)
         cut_at = {cut // w: cut for cut in plan.cuts}
@@ -664,18 +781,19 @@ class Core:
             hot, t = slice(cut - w, cut), plan.test(cut)
             exact = self.exact_movie_counts(counted, t)
             for kind in kinds:
-                inc = self.increments(counted, kind, privacy.depth)
+                inc = self.increments(counted, kind, privacy.sketch_depth)
                 agg = {
                     n: inc[n] + noise[i * spec.cells : (i + 1) * spec.cells]
                     if n in noisy_set
                     else inc[n]
                     for i, n in enumerate(self.names)
                 }
-                x_train, _ = self.featurize(agg, prior, thresholds, hot, kind, privacy.depth)
-                x_test, movie_est = self.featurize(agg, prior, thresholds, t, kind, privacy.depth)
-                err = movie_est - exact
+                depth = privacy.sketch_depth
+                x_train, _ = self.featurize(agg, prior, thresholds, hot, kind, depth)
+                x_test, movie_est = self.featurize(agg, prior, thresholds, t, kind, depth)
+                err = movie_est - exact if len(movie_est) else np.full(1, math.nan)
                 p, rounds = fit_predict(x_train, self.y[hot], x_test)
-                movie = self.names.index("movie_id")
+                movie = self.names.index("movie_id") if "movie_id" in self.names else -1
                 found.append(
                     Eval(
                         method or f"core-{kind}",
@@ -685,7 +803,9 @@ class Core:
                         log_loss(self.y[t], p),
                         auc(self.y[t], p),
                         rounds,
-                        backoff_movie=float(x_test[:, 6 * movie + 5].mean()),
+                        backoff_movie=float(x_test[:, 6 * movie + 5].mean())
+                        if movie >= 0
+                        else math.nan,
                         est_bias=float(err.mean()),
                         est_rmse=float(np.sqrt((err**2).mean())),
                         draw=draw,
@@ -766,6 +886,16 @@ class Setup:
     ablation_draws: int
     http_draws_eps1: int
     quick: bool
+    mechanisms: tuple[str, ...] = ("none", "laplace", "gaussian")
+    gaussian_delta: float | None = None  # gaussian rows: ρ for (ε, δ)-DP instead of ε²/2
+    sketching: Sketching = Sketching()
+
+    def privacy(self, mechanism: str, epsilon: float | None = None) -> Privacy:
+        delta = self.gaussian_delta if mechanism == "gaussian" else None
+        return Privacy(mechanism, epsilon, delta=delta)
+
+    def configs(self) -> list[Privacy]:
+        return privacies(self.epsilons, self.mechanisms, self.gaussian_delta)
 
 
 QUICK = Setup((0.02, 0.10), (1.0,), (0.7, 0.9), (0.10,), (1.0,), 2, None, 0, 1, True)
@@ -850,10 +980,14 @@ def plots(g: pd.DataFrame, setup: Setup, tag: str) -> tuple[Path, Path | None]:
     shares = list(setup.shares)
     xs = [s * 100 for s in shares]
     colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.85, len(setup.epsilons)))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey="row")
+    mechs = [m for m in ("laplace", "gaussian") if m in setup.mechanisms] or ["laplace"]
+    fig, axes = plt.subplots(
+        2, len(mechs), figsize=(5.5 * len(mechs), 8), sharex=True, sharey="row"
+    )
+    axes = np.asarray(axes).reshape(2, len(mechs))
     base = _get(g, "baseline")
     assert base is not None
-    for col, mech in enumerate(("laplace", "gaussian")):
+    for col, mech in enumerate(mechs):
         for row, metric in enumerate(("ratio", "auc")):
             ax = axes[row][col]
 
@@ -866,8 +1000,8 @@ def plots(g: pd.DataFrame, setup: Setup, tag: str) -> tuple[Path, Path | None]:
 
             line("http", "no noise", color="black", lw=2, label="count features, no noise")
             for eps, c in sorted(zip(setup.epsilons, colors, strict=True), reverse=True):
-                pr = Privacy(mech, eps)
-                name = f"ε = {eps:g}" if mech == "laplace" else f"ρ = {pr.rho:g} (ε = {eps:g})"
+                pr = setup.privacy(mech, eps)
+                name = f"ε = {eps:g}" if mech == "laplace" else f"ρ = {pr.rho:.3g} (ε = {eps:g})"
                 line("http", pr.label, color=c, label=name)
             line("raw-hot", "", color="grey", ls="--", label="raw hot window only (categorical)")
             if metric == "ratio":
@@ -876,9 +1010,15 @@ def plots(g: pd.DataFrame, setup: Setup, tag: str) -> tuple[Path, Path | None]:
                 prior = _get(g, "prior")
                 if prior is not None:
                     ax.axhline(prior["ratio"], color="grey", ls=":", label="label prior")
-                ax.set_title(
-                    f"{mech}: {'ε per window' if mech == 'laplace' else 'ρ = ε²/2 per window'}"
+                per = (
+                    "ε per window"
+                    if mech == "laplace"
+                    else "ρ = ε²/2 per window"
+                    if setup.gaussian_delta is None
+                    else f"ρ for (ε, δ = {setup.gaussian_delta:g})-DP per window"
                 )
+                point = "" if setup.sketching.default else f" (depth {DEPTH}, T = {MAX_TABLES})"
+                ax.set_title(f"{mech}: {per}{point}")
                 if col == 0:
                     ax.set_ylabel("test log-loss / baseline log-loss")
             else:
@@ -901,12 +1041,14 @@ def plots(g: pd.DataFrame, setup: Setup, tag: str) -> tuple[Path, Path | None]:
                     ncol=2,
                 )
     title = "MovieLens 100K, rating ≥ 4: LightGBM on count features through the service"
+    if not setup.sketching.default:
+        title += f"\n(count tables: {features_text()}; width {WIDTH}, depth {DEPTH})"
     fig.suptitle(
         f"{title}, mean of {len(setup.cut_shares)} cuts" + (" (quick run)" if setup.quick else ""),
         fontsize=10,
     )
     fig.tight_layout()
-    first = plot_path(f"accuracy{tag}_logloss")
+    first = _out_path(setup, tag, "_logloss")
     fig.savefig(first, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
@@ -950,10 +1092,24 @@ def plots(g: pd.DataFrame, setup: Setup, tag: str) -> tuple[Path, Path | None]:
         fontsize=10,
     )
     fig.tight_layout()
-    second = plot_path(f"accuracy{tag}_sketches")
+    second = _out_path(setup, tag, "_sketches")
     fig.savefig(second, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return first, second
+
+
+OUT: Path | None = None  # ``--out``: path prefix of the CSV and the plots (default bench/plots)
+
+
+def _out_path(setup: Setup, tag: str, suffix: str) -> Path:
+    if OUT is None:
+        return plot_path(f"accuracy{tag}{suffix}")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    return OUT.parent / f"{OUT.name}{suffix}.png"
+
+
+def _rel(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def report(
@@ -974,8 +1130,13 @@ def report(
 
     w(
         f"MovieLens 100K ({len(df):,} ratings, {y.mean():.1%} positive), label `rating >= 4`, "
-        f"features user, movie, genres, age (bucketed), gender, occupation, zip3, replayed in "
-        f"time order. The stream is cut at {cut_list} % of the ratings; at each cut every "
+        f"features {features_text(movielens.FEATURES)}, replayed in time order"
+        + (
+            ""
+            if tuple(movielens.FEATURES) == FEATURES
+            else f" (count tables for {features_text()} only; the raw baselines use all of them)"
+        )
+        + f". The stream is cut at {cut_list} % of the ratings; at each cut every "
         f"model is tested on the next {plan.test_rows:,} ratings (the same "
         f"{len(plan.cuts)} × {plan.test_rows:,} rows for every configuration) and the figures "
         f"are means over the cuts. Total runtime {elapsed / 60:.1f} min."
@@ -1005,10 +1166,19 @@ def report(
             f"ρ = {e * e / 2:g} → ε′ = {_approx_eps(e * e / 2):.2g}" for e in setup.epsilons
         )
         + ")."
+        if setup.gaussian_delta is None
+        else f"- **(c) DP**: `laplace` with ε ∈ {{{', '.join(f'{e:g}' for e in setup.epsilons)}}} "
+        f"per window, and `gaussian` with the largest ρ that is (ε, δ = {setup.gaussian_delta:g})"
+        "-DP (CKS 2020 conversion): "
+        + ", ".join(
+            f"ε = {e:g} → ρ = {setup.privacy('gaussian', e).rho:.4g}" for e in setup.epsilons
+        )
+        + f" (mechanisms run: {', '.join(setup.mechanisms)})."
     )
     w(
-        f"- Sketch: width {WIDTH}, depth {DEPTH}, `max_tables` = {MAX_TABLES} (7 features + "
-        f"the prior table), so Δ1 = T·depth = {MAX_TABLES * DEPTH}, Δ2 = √{MAX_TABLES * DEPTH}: "
+        f"- Sketch: width {WIDTH}, depth {DEPTH}, `max_tables` = {MAX_TABLES} ({len(FEATURES)} "
+        f"features + the prior table), so Δ1 = T·depth = {MAX_TABLES * DEPTH}, "
+        f"Δ2 = √{MAX_TABLES * DEPTH}: "
         f"per cell and window Laplace b = {MAX_TABLES * DEPTH}/ε, Gaussian σ = "
         f"√{MAX_TABLES * DEPTH}/√(2ρ) = {math.sqrt(MAX_TABLES * DEPTH):.2f}/ε. "
         "Featurization defaults (α = 1, back-off at 1 s.d. of the summed noise × √L)."
@@ -1066,7 +1236,7 @@ def report(
 
     http = g[g["method"] == "http"]
     if not http.empty:
-        configs = privacies(setup.epsilons)
+        configs = setup.configs()
         w("")
         w("### (b, c) Count features through the service")
         w("")
@@ -1091,7 +1261,7 @@ def report(
             rows.append(cells)
         w(markdown_table(["count features"] + [_pct(s) for s in setup.shares], rows))
         w("")
-        w(f"![log-loss ratio and AUC vs exposure]({fig1.relative_to(ROOT)})")
+        w(f"![log-loss ratio and AUC vs exposure]({_rel(fig1)})")
         w("")
         w(
             f"Where the DP cost comes from, at the {max(setup.cut_shares):.0%} cut: the "
@@ -1104,8 +1274,8 @@ def report(
         w("")
         rows = []
         for share in setup.shares:
-            for pr in configs[1:]:
-                if pr.epsilon not in (1.0, max(setup.epsilons)):
+            for pr in configs:
+                if pr.mechanism == "none" or pr.epsilon not in (1.0, max(setup.epsilons)):
                     continue
                 windows, sd, thr, med, below = signal_vs_noise(df, plan, share, pr)
                 r = _get(g, "http", share, pr.label)
@@ -1187,7 +1357,7 @@ def report(
         )
         if fig2 is not None:
             w("")
-            w(f"![count-median vs count-min]({fig2.relative_to(ROOT)})")
+            w(f"![count-median vs count-min]({_rel(fig2)})")
 
     abl = g[g["method"].str.startswith("ablation:")]
     if not abl.empty:
@@ -1264,8 +1434,8 @@ def reading(g: pd.DataFrame, df: pd.DataFrame, plan: Plan, setup: Setup) -> list
         f"cannot learn per-user effects either. The smallest window also has only "
         f"{plan.window(small):,} training rows."
     )
-    if 1.0 in setup.epsilons:
-        lap, gau = Privacy("laplace", 1.0), Privacy("gaussian", 1.0)
+    if 1.0 in setup.epsilons and "laplace" in setup.mechanisms:
+        lap, gau = Privacy("laplace", 1.0), setup.privacy("gaussian", 1.0)
         w_small = plan.cuts[-1] // plan.window(small) - 1
         w_large = plan.cuts[-1] // plan.window(large) - 1
         sd = math.sqrt(lap.variance)
@@ -1318,6 +1488,7 @@ def reading(g: pd.DataFrame, df: pd.DataFrame, plan: Plan, setup: Setup) -> list
             "window is a strong guarantee that costs real accuracy; this benchmark cannot "
             "measure the large-stream regime."
         )
+    if 1.0 in setup.epsilons and {"laplace", "gaussian"} <= set(setup.mechanisms):
         out.append(
             "- **Gaussian at the matching ρ = ε²/2** has σ = √(T·depth)/ε = "
             f"{math.sqrt(gau.variance):.1f} per cell and window instead of Laplace's s.d. "
@@ -1326,6 +1497,12 @@ def reading(g: pd.DataFrame, df: pd.DataFrame, plan: Plan, setup: Setup) -> list
             f"of the loss (×{r('http', small, gau):.3f} at {_pct(small)}, "
             f"×{r('http', large, gau):.3f} at {_pct(large)}), but ρ = 0.5 is a weaker promise "
             f"than ε = 1: as (ε′, δ)-DP with δ = 1e-9 it is ε′ = {_approx_eps(0.5):.1f}."
+            if setup.gaussian_delta is None
+            else "- **Gaussian at the same (ε = 1, δ = "
+            f"{setup.gaussian_delta:g})**: ρ = {gau.rho:.4g}, σ = {math.sqrt(gau.variance):.1f} "
+            f"per cell and window against Laplace's s.d. {sd:.1f}: "
+            f"×{r('http', small, gau):.3f} at {_pct(small)}, ×{r('http', large, gau):.3f} at "
+            f"{_pct(large)}."
         )
     med = g[(g["method"] == "core-median") & (g["privacy"] != none.label)]
     if not med.empty:
@@ -1418,7 +1595,7 @@ def judge(
         )
     if 1.0 not in setup.epsilons:
         return out, heads
-    lap, gau = Privacy("laplace", 1.0), Privacy("gaussian", 1.0)
+    lap, gau = Privacy("laplace", 1.0), setup.privacy("gaussian", 1.0)
     cost = {
         s: _val(g, "log_loss", "http", s, lap.label) / _val(g, "log_loss", "http", s, none.label)
         - 1
@@ -1443,9 +1620,11 @@ def judge(
 
     parts = []
     target_verdicts = []
+    gau_name = "ρ = 0.5" if gau.delta is None else f"ρ = {gau.rho:.4g} ((1, {gau.delta:g})-DP)"
+    point = "" if setup.sketching.default else f", T = {MAX_TABLES}, width {WIDTH}"
     for pr, name in (
-        (lap, f"laplace (depth {DEPTH})"),
-        (gau, f"gaussian ρ = 0.5 (depth {DEPTH})"),
+        (lap, f"laplace (depth {DEPTH}{point})"),
+        (gau, f"gaussian {gau_name} (depth {DEPTH}{point})"),
     ):
         verdict, best = target(pr)
         target_verdicts.append(verdict)
@@ -1550,7 +1729,11 @@ def _core() -> Core:
     return Core(_data())
 
 
-def run_job(job: Job, cut_shares: tuple[float, ...], t0: float) -> list[Eval]:
+def run_job(
+    job: Job, cut_shares: tuple[float, ...], t0: float, sketching: Sketching = Sketching()
+) -> list[Eval]:
+    configure(sketching)
+
     def say(line: str) -> None:
         print(f"[{time.time() - t0:6.0f}s] {line}", flush=True)
 
@@ -1569,7 +1752,7 @@ def jobs(setup: Setup, *, http: bool, core: bool) -> list[Job]:
     """The slowest first (the 1 % share replays the most windows)."""
     out: list[Job] = []
     if http:
-        configs = tuple(privacies(setup.epsilons))
+        configs = tuple(setup.configs())
         out += [Job("http", (s,), configs, setup.http_draws_eps1) for s in sorted(setup.shares)]
     if core:
         configs = (Privacy("none"), *(Privacy("laplace", e) for e in setup.core_epsilons))
@@ -1585,6 +1768,66 @@ def jobs(setup: Setup, *, http: bool, core: bool) -> list[Job]:
             )
     out.append(Job("raw", setup.shares))
     return out
+
+
+def _csv_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _customise(
+    setup: Setup, args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[Setup, bool]:
+    """Apply the operating-point and restriction options; True when any differs from the
+    default run."""
+    import dataclasses
+
+    features = tuple(movielens.FEATURES)
+    if args.features is not None:
+        unknown = sorted(set(args.features) - set(movielens.FEATURES))
+        if unknown or not args.features:
+            parser.error(f"--features: unknown {unknown}; choose from {movielens.FEATURES}")
+        # the canonical order, so that the columns come in the same order as in a default run
+        features = tuple(f for f in movielens.FEATURES if f in args.features)
+    if args.width < 2 or args.width & (args.width - 1):
+        parser.error(f"--width must be a power of two, got {args.width}")
+    if args.depth < 1:
+        parser.error(f"--depth must be at least 1, got {args.depth}")
+    changes: dict[str, Any] = {"sketching": Sketching(features, args.width, args.depth)}
+    if args.shares is not None:
+        try:
+            shares = tuple(sorted({float(x) / 100 for x in args.shares}))
+        except ValueError:
+            parser.error(f"--shares: not numbers: {args.shares}")
+        bad = [s for s in shares if not any(math.isclose(s, f) for f in SHARES_FULL)]
+        if bad or not shares:
+            parser.error(f"--shares: choose from {[round(s * 100) for s in SHARES_FULL]}")
+        changes["shares"] = shares
+        changes["core_shares"] = tuple(s for s in setup.core_shares if s in shares)
+        if setup.ablation_share not in shares:
+            changes["ablation_share"] = None
+    if args.epsilons is not None:
+        try:
+            eps = tuple(sorted({float(x) for x in args.epsilons}))
+        except ValueError:
+            parser.error(f"--epsilons: not numbers: {args.epsilons}")
+        if not eps or min(eps) <= 0:
+            parser.error("--epsilons must be positive")
+        changes["epsilons"] = eps
+        changes["core_epsilons"] = tuple(e for e in setup.core_epsilons if e in eps)
+        if 1.0 not in eps:
+            changes["ablation_share"] = None
+    if args.mechanisms is not None:
+        mechs = tuple(m for m in ("none", "laplace", "gaussian") if m in args.mechanisms)
+        unknown = sorted(set(args.mechanisms) - {"none", "laplace", "gaussian"})
+        if unknown or not mechs:
+            parser.error(f"--mechanisms: unknown {unknown}; choose from none, laplace, gaussian")
+        changes["mechanisms"] = mechs
+    if args.gaussian_delta is not None:
+        if not 0 < args.gaussian_delta < 1:
+            parser.error("--gaussian-delta must be in (0, 1)")
+        changes["gaussian_delta"] = args.gaussian_delta
+    new = dataclasses.replace(setup, **changes)
+    return new, new != setup
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1607,13 +1850,85 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--from-csv", type=Path, help="re-make the report from a saved run's per-cut results"
     )
+    point = p.add_argument_group(
+        "operating point and restrictions",
+        "Any of these but --out makes a non-default run: it prints its report and\n"
+        "appends to BENCHMARKS.md only with --append (never touching the headline\n"
+        "figures). With --from-csv, pass the same options as the run.",
+    )
+    point.add_argument(
+        "--features",
+        type=_csv_list,
+        default=None,
+        metavar="F1,F2,...",
+        help="features that get a count table (default all: "
+        f"{','.join(movielens.FEATURES)}); max_tables = their number + 1 (the prior "
+        "table), so fewer features mean a smaller Δ1 = T·depth. The raw baselines always use "
+        "every feature",
+    )
+    point.add_argument(
+        "--depth",
+        type=int,
+        default=DEPTH,
+        help=f"sketch depth (default {DEPTH}); depth 1 is a plain hashed count table",
+    )
+    point.add_argument(
+        "--width", type=int, default=WIDTH, help=f"sketch width, a power of two (default {WIDTH})"
+    )
+    point.add_argument(
+        "--shares",
+        type=_csv_list,
+        default=None,
+        metavar="PCT,...",
+        help="hot-window shares in %% of the ratings, from 1, 2, 5, 10 (default all; --quick: "
+        "2, 10)",
+    )
+    point.add_argument(
+        "--epsilons",
+        type=_csv_list,
+        default=None,
+        metavar="E,...",
+        help="ε per window (default 0.1, 0.5, 1, 5; --quick: 1); the ε = 1 HTTP rows are "
+        "replayed several times (fresh noise)",
+    )
+    point.add_argument(
+        "--mechanisms",
+        type=_csv_list,
+        default=None,
+        metavar="M,...",
+        help="from none, laplace, gaussian (default all three; keep none as the reference)",
+    )
+    point.add_argument(
+        "--gaussian-delta",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help="gaussian rows at the largest ρ that is (ε, DELTA)-DP, i.e. the laplace row's ε "
+        "with a δ (default: ρ = ε²/2, the laplace row's zCDP bound)",
+    )
+    point.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PREFIX",
+        help="path prefix of the per-cut CSV and the plots (PREFIX.csv, PREFIX_logloss.png, "
+        "...; default bench/plots/accuracy[_quick])",
+    )
     args = p.parse_args(argv)
     if not movielens.available():
         raise SystemExit(f"MovieLens 100K not found under {movielens.DATA}")
     setup = QUICK if args.quick else FULL
+    setup, custom = _customise(setup, args, p)
+    configure(setup.sketching)
+    global OUT
+    OUT = args.out
     df = _data()
     plan = make_plan(len(df), setup.cut_shares)
-    csv = plot_path(f"accuracy{'_quick' if setup.quick else ''}").with_suffix(".csv")
+    csv = (
+        plot_path(f"accuracy{'_quick' if setup.quick else ''}").with_suffix(".csv")
+        if OUT is None
+        else OUT.parent / f"{OUT.name}.csv"
+    )
     if args.from_csv:
         frame = pd.read_csv(args.from_csv)
     else:
@@ -1627,22 +1942,31 @@ def main(argv: list[str] | None = None) -> None:
         evals: list[Eval] = []
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
-            for found in pool.map(run_job, todo, [setup.cut_shares] * len(todo), [t0] * len(todo)):
+            n = len(todo)
+            for found in pool.map(
+                run_job, todo, [setup.cut_shares] * n, [t0] * n, [setup.sketching] * n
+            ):
                 evals += found
         elapsed = time.time() - t0
-        print(f"done in {elapsed:.0f}s; per-cut results in {csv.relative_to(ROOT)}", flush=True)
+        print(f"done in {elapsed:.0f}s; per-cut results in {_rel(csv)}", flush=True)
         frame = pd.DataFrame([e.__dict__ for e in evals])
         frame["elapsed"] = elapsed
+        csv.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(csv, index=False)
     elapsed = float(frame["elapsed"].iloc[0])
     body, headlines = report(frame, df, setup, elapsed)
-    append = not args.no_append and (args.append or not setup.quick)
+    append = not args.no_append and (args.append or not (setup.quick or custom))
     title = "Accuracy: count featurization on MovieLens 100K" + (" (quick)" if setup.quick else "")
+    if not setup.sketching.default:
+        title += f" (depth {DEPTH}, width {WIDTH}, T = {MAX_TABLES})"
+    command = " ".join(["selectivity bench accuracy", *(argv if argv is not None else [])])
+    if argv is None:
+        import sys
+
+        command = " ".join(["selectivity bench accuracy", *sys.argv[1:]])
     if append:
-        append_section(
-            title, body, command="selectivity bench accuracy" + (" --quick" if setup.quick else "")
-        )
-        if not setup.quick:
+        append_section(title, body, command=command)
+        if not (setup.quick or custom):
             update_headlines(headlines)
     else:
         print(f"\n## {title}\n\n{body}\n\nHeadline lines:\n" + "\n".join(headlines))
