@@ -145,7 +145,12 @@ def build_aggregate(rt: Any, log: ClickLog) -> Any:
 
     ids = [t.id for t in rt.tables]
     tables, prior = noise_tables(
-        rt.noise.mechanism, rt.noise.scale, ids, rt.spec.cells, rt.spec.n_labels
+        rt.noise.mechanism,
+        [rt.noise.scale_for(rt.weight_of(t)) for t in rt.tables],
+        rt.noise.scale_for(rt.prior_weight),
+        ids,
+        rt.spec.cells,
+        rt.spec.n_labels,
     )
     labels = log.label.astype(np.int64)
     names = log.spec.categorical_names

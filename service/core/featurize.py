@@ -249,10 +249,10 @@ def derived_columns(
     *,
     prior: np.ndarray,
     alpha: float,
-    threshold: float,
+    threshold: float | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """From estimates ĉ (n, L) to (counts (n, L), total (n,), p (n, L), logodds (n, L),
-    backoff (n,)), vectorised."""
+    backoff (n,)), vectorised. ``threshold``: one, or one per row (each row's table's)."""
     counts = np.maximum(estimates, 0.0)
     total = counts.sum(axis=1)
     p = (counts + alpha * prior[None, :]) / (total + alpha)[:, None]

@@ -63,7 +63,7 @@ class Featurizer:
     agg: Aggregate
     columns: list[str]
     prior: np.ndarray
-    threshold: float
+    thresholds: np.ndarray  # per table of rt.tables: its noise's back-off threshold
     cells: np.ndarray = field(repr=False, compare=False)  # tables one after another, int64
     offsets: np.ndarray = field(repr=False, compare=False)  # start of each of rt.tables
     hasher: KeyHasher = field(repr=False, compare=False)
@@ -88,11 +88,17 @@ class Featurizer:
             agg=agg,
             columns=column_names([t.name for t in rt.tables], rt.labels, rt.passthrough),
             prior=prior_probabilities(agg.prior),
-            threshold=backoff_threshold(
-                noise_variance=rt.noise.variance,
-                n_windows=agg.n_windows,
-                n_labels=len(rt.labels),
-                sigmas=cfg.featurize.backoff_sigmas,
+            thresholds=np.array(
+                [
+                    backoff_threshold(
+                        noise_variance=rt.noise.variance_for(rt.weight_of(t)),
+                        n_windows=agg.n_windows,
+                        n_labels=len(rt.labels),
+                        sigmas=cfg.featurize.backoff_sigmas,
+                    )
+                    for t in rt.tables
+                ],
+                dtype=np.float64,
             ),
             cells=cells,
             offsets=offsets,
@@ -158,7 +164,10 @@ class Featurizer:
         )
         est = estimate_stacked(self.cells, np.repeat(self.offsets, sizes), buckets, signs, spec)
         derived = _per_key_block(
-            est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
+            est,
+            prior=self.prior,
+            alpha=rt.config.featurize.alpha,
+            threshold=np.repeat(self.thresholds, sizes),
         )
         n_tab, width = len(rt.tables), derived.shape[1]
         if by_column:
@@ -215,7 +224,10 @@ class Featurizer:
         buckets, signs = self.hasher.hash_many(groups)  # table-major: key j*n + i is row i
         est = estimate_stacked(self.cells, np.repeat(self.offsets, n), buckets, signs, spec)
         derived = _per_key_block(
-            est, prior=self.prior, alpha=rt.config.featurize.alpha, threshold=self.threshold
+            est,
+            prior=self.prior,
+            alpha=rt.config.featurize.alpha,
+            threshold=np.repeat(self.thresholds, n),
         )
         width = derived.shape[1]
         out = np.empty((n, n_tab * width + len(rt.passthrough)), dtype=np.float64)
@@ -247,7 +259,7 @@ def _stack(rt: StreamRuntime, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _per_key_block(
-    estimates: np.ndarray, *, prior: np.ndarray, alpha: float, threshold: float
+    estimates: np.ndarray, *, prior: np.ndarray, alpha: float, threshold: np.ndarray
 ) -> np.ndarray:
     """One row per key: the table block of ``column_names`` (counts, total, p, log-odds,
     back-off), from ``derived_columns``."""

@@ -16,7 +16,7 @@ from service.errors import ValidationError
 from service.privacy.schemas import KAnonIn, KAnonOut
 from service.queues import service as queues
 from service.streams import service as streams
-from service.streams.runtime import noise_for
+from service.streams.runtime import budget_split, noise_for
 from service.streams.schemas import StreamCreate
 
 KANON_SOURCE = queues.SOURCE + "; δ searched over n in log space with a Chernoff stop"
@@ -50,6 +50,9 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "l1_sensitivity": noise.l1_sensitivity,
         "l2_sensitivity": noise.l2_sensitivity,
         "noise_scale": noise.scale,
+        "table_weights": dict(p.table_weights),
+        "prior_weight": p.prior_weight,
+        "budget_split": budget_split(cfg),
     }
     h, r = cfg.hot_windows, cfg.retention_windows
     rounds = h if p.epsilon_selection > 0 else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -61,6 +61,17 @@ class PrivacyIn(Strict):
     groups_per_round: int = Field(default=1, ge=1, le=16)
     user_key: str | None = Field(default=None, pattern=FEATURE_PATTERN)
     max_contributions_per_window: int = Field(default=1, ge=1, le=10_000)
+    table_weights: dict[str, Annotated[float, Field(ge=0.001, le=1000)]] = Field(
+        default_factory=dict,
+        max_length=256,
+        description=(
+            "feature name → the share of the per-window budget its table gets, relative to 1 "
+            "(every other table's weight, each selected group's and each unused slot's); the "
+            "budget is split in proportion, so a table that counts a few large classes can "
+            "give most of its share to sparse ones"
+        ),
+    )
+    prior_weight: float = Field(default=1.0, ge=0.001, le=1000, description="the prior table's")
 
     @model_validator(mode="after")
     def _defaults(self) -> PrivacyIn:
@@ -129,6 +140,9 @@ class StreamCreate(Strict):
             raise ValueError("labels must be distinct")
         if self.privacy.user_key is not None and self.privacy.user_key not in names:
             raise ValueError(f"privacy.user_key {self.privacy.user_key!r} is not a feature")
+        unknown = sorted(set(self.privacy.table_weights) - set(names))
+        if unknown:
+            raise ValueError(f"privacy.table_weights: {unknown} are not features")
         needed = len(self.features) + 1
         if self.max_tables is None:
             self.max_tables = needed + 4
@@ -164,9 +178,13 @@ class StreamOut(StreamCreate):
     epoch: int
     epoch_started_at: datetime
     created_at: datetime
-    noise_scale: float = Field(description="Laplace b or Gaussian σ of every cell's noise")
+    noise_scale: float = Field(description="Laplace b or Gaussian σ of a table of weight 1")
     l1_sensitivity: float
     l2_sensitivity: float
+    budget: list[dict[str, Any]] = Field(
+        description="each table slot's weight, share of the per-window budget, ε or ρ share "
+        "and noise scale (privacy.table_weights)"
+    )
     tables: list[TableOut]
 
 

@@ -13,7 +13,7 @@ from service.core.featurize import table_name
 from service.db.models import CountTable, Stream
 from service.errors import Conflict, NotFound, ValidationError
 from service.streams import repository
-from service.streams.runtime import StreamRuntime, TableRef, noise_for
+from service.streams.runtime import StreamRuntime, TableRef, budget_split, noise_for
 from service.streams.schemas import StreamCreate, StreamOut, TableOut
 
 RUNTIME_TTL_SECONDS = 5.0
@@ -39,11 +39,13 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
     if ctx.settings.env == "production" and stream_in.privacy.mechanism == "none":
         raise ValidationError("privacy.mechanism 'none' is refused in production")
     noise = noise_for(stream_in)
-    if noise.scale > MAX_NOISE_SCALE:
+    largest = max(budget_split(stream_in), key=lambda row: row["noise_scale"])
+    if largest["noise_scale"] > MAX_NOISE_SCALE:
         raise ValidationError(
-            f"privacy: noise scale {noise.scale:.3g} (sensitivity {noise.l1_sensitivity:g} / "
-            f"budget) exceeds the limit of {MAX_NOISE_SCALE:.0e}; raise epsilon/rho or lower "
-            f"max_tables or sketch.depth"
+            f"privacy: noise scale {largest['noise_scale']:.3g} of table {largest['table']!r} "
+            f"(sensitivity {noise.l1_sensitivity:g} / budget, weighted) exceeds the limit of "
+            f"{MAX_NOISE_SCALE:.0e}; raise epsilon/rho or its weight, or lower max_tables or "
+            f"sketch.depth"
         )
     if await repository.get_by_name(session, stream_in.name) is not None:
         raise Conflict(f"stream {stream_in.name!r} already exists")
@@ -80,6 +82,7 @@ def to_out(stream: Stream, tables: list[CountTable] | tuple) -> StreamOut:
             "noise_scale": rt.noise.scale,
             "l1_sensitivity": rt.noise.l1_sensitivity,
             "l2_sensitivity": rt.noise.l2_sensitivity,
+            "budget": budget_split(rt.config),
             "tables": [TableOut.model_validate(t, from_attributes=True) for t in tables],
         }
     )

@@ -62,18 +62,25 @@ async def stream_lock(ctx: AppContext, name: str) -> AsyncIterator[None]:
 
 
 def noise_tables(
-    mechanism: str, scale: float, table_ids: list[int], cells: int, n_labels: int
+    mechanism: str,
+    scales: list[float],
+    prior_scale: float,
+    table_ids: list[int],
+    cells: int,
+    n_labels: int,
 ) -> tuple[dict[int, np.ndarray], np.ndarray]:
-    """Fresh noise for every cell of a window's tables and its prior table, from the CSPRNG
+    """Fresh noise for every cell of a window's tables (table ``table_ids[i]`` at
+    ``scales[i]``) and its prior table (at ``prior_scale``), from the CSPRNG
     (``service.core.noise``). Runs in the process pool."""
-    total = cells * len(table_ids) + n_labels
-    if mechanism == "none":
-        noise = np.zeros(total, dtype=np.int64)
-    else:
-        noise = sample_noise(mechanism=mechanism, scale=scale, size=total)  # type: ignore[arg-type]
-        np.clip(noise, -INT32_MAX, INT32_MAX, out=noise)
-    tables = {tid: noise[i * cells : (i + 1) * cells] for i, tid in enumerate(table_ids)}
-    return tables, noise[len(table_ids) * cells :]
+
+    def draw(scale: float, size: int) -> np.ndarray:
+        if mechanism == "none":
+            return np.zeros(size, dtype=np.int64)
+        noise = sample_noise(mechanism=mechanism, scale=scale, size=size)  # type: ignore[arg-type]
+        return np.clip(noise, -INT32_MAX, INT32_MAX, out=noise)
+
+    tables = {tid: draw(scale, cells) for tid, scale in zip(table_ids, scales, strict=True)}
+    return tables, draw(prior_scale, n_labels)
 
 
 def store_of(ctx: AppContext) -> WindowStore:
@@ -96,9 +103,15 @@ async def prepare(
         if state == "open":
             await store.set_state(rt.name, epoch, "open")
         return False
-    ids = [t.id for t in rt.tables if t.first_epoch <= epoch]
+    live = [t for t in rt.tables if t.first_epoch <= epoch]
     tables, prior = await ctx.run_cpu(
-        noise_tables, rt.noise.mechanism, rt.noise.scale, ids, rt.spec.cells, rt.spec.n_labels
+        noise_tables,
+        rt.noise.mechanism,
+        [rt.noise.scale_for(rt.weight_of(t)) for t in live],
+        rt.noise.scale_for(rt.prior_weight),
+        [t.id for t in live],
+        rt.spec.cells,
+        rt.spec.n_labels,
     )
     return await store.write_tables(rt, epoch, tables, prior, state=state)
 

@@ -34,7 +34,9 @@ from tests.helpers import obs, stream_body
 SEED = bytes(range(32))
 
 
-def runtime(tables: Sequence[tuple[int, str, tuple[str, ...]]]) -> StreamRuntime:
+def runtime(
+    tables: Sequence[tuple[int, str, tuple[str, ...]]], weights: dict[str, float] | None = None
+) -> StreamRuntime:
     cfg = StreamCreate.model_validate(
         {
             "name": "s",
@@ -44,7 +46,7 @@ def runtime(tables: Sequence[tuple[int, str, tuple[str, ...]]]) -> StreamRuntime
                 {"name": "age", "kind": "numeric", "buckets": [18, 25, 35], "passthrough": True},
             ],
             "labels": ["0", "1", "2"],
-            "privacy": {"mechanism": "laplace", "epsilon": 1.0},
+            "privacy": {"mechanism": "laplace", "epsilon": 1.0, "table_weights": weights or {}},
             "sketch": {"width": 64, "depth": 4},
         }
     )
@@ -65,7 +67,7 @@ def reference(fz: Featurizer, rows: Sequence[Mapping[str, object]]) -> np.ndarra
     rt = fz.rt
     values = row_keys(rows, rt.features)
     per_table = []
-    for t in rt.tables:
+    for j, t in enumerate(rt.tables):
         cells = fz.agg.tables.get(t.id)
         if cells is None:
             cells = np.zeros(rt.spec.cells, np.int64)
@@ -75,7 +77,10 @@ def reference(fz: Featurizer, rows: Sequence[Mapping[str, object]]) -> np.ndarra
         est = estimate(cells, buckets, signs, rt.spec)
         per_table.append(
             derived_columns(
-                est, prior=fz.prior, alpha=rt.config.featurize.alpha, threshold=fz.threshold
+                est,
+                prior=fz.prior,
+                alpha=rt.config.featurize.alpha,
+                threshold=float(fz.thresholds[j]),
             )
         )
 
@@ -248,3 +253,27 @@ async def test_hot_chunk_reads_rows_as_one_string(api: Api) -> None:
     with pytest.raises(ResponseError, match="no d field"):
         await store.hot_chunk(name, 1, "-", "+", 10)
     await api.ctx.redis.delete(key)
+
+
+def test_each_table_backs_off_below_its_own_noise() -> None:
+    """With a budget split, a table's back-off threshold follows its own noise: the heavily
+    weighted table (less noise) keeps counts that the others treat as noise."""
+    from service.core.featurize import backoff_threshold
+
+    tables = [(1, "user", ("user",)), (2, "item", ("item",)), (3, "user+item", ("user", "item"))]
+    rt = runtime(tables, weights={"item": 10.0})
+    rng = np.random.default_rng(3)
+    agg = aggregate(rt, [1, 2, 3], rng)
+    fz = Featurizer.build(rt, agg)
+    for j, t in enumerate(rt.tables):
+        want = backoff_threshold(
+            noise_variance=rt.noise.variance_for(rt.weight_of(t)),
+            n_windows=agg.n_windows,
+            n_labels=3,
+            sigmas=1.0,
+        )
+        assert fz.thresholds[j] == pytest.approx(want)
+    assert rt.weight_of(rt.tables[2]) == 1.0  # a selected group: weight 1
+    assert fz.thresholds[1] < fz.thresholds[0] / 5  # b ratio 10 → threshold ratio ~10
+    rows = [{"user": "a", "item": "b"}] * 3
+    assert np.array_equal(fz.transform(rows), reference(fz, rows), equal_nan=True)

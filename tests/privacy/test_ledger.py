@@ -95,3 +95,62 @@ async def test_without_user_key_and_without_noise(api: Api) -> None:
     assert len(led["observation"]["parts"]) == 1  # no selection budget, no selection part
     none = await _ledger(api, privacy={"mechanism": "none"})
     assert none["observation"]["epsilon"] is None  # no guarantee
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+async def test_a_weighted_budget_split_is_recomputed_and_sums_to_the_budget(
+    api: Api, mechanism: str
+) -> None:
+    """``table_weights``: table s gets the share w_s/W of the window's budget, W over all
+    max_tables slots (features' tables, the prior, the free slots at weight 1); its noise is the
+    mechanism's for one table (L1 c·depth, L2 c·sqrt(depth)) at that share. The shares add up
+    to the stream's ε (ρ), which the ledger still reports per window."""
+    budget = {"epsilon": 2.0} if mechanism == "laplace" else {"rho": 0.8}
+    privacy = {
+        "mechanism": mechanism,
+        **budget,
+        "table_weights": {"item": 6.0, "age": 0.25},
+        "prior_weight": 0.5,
+        "user_key": "user",
+        "max_contributions_per_window": 2,
+    }
+    led = await _ledger(api, privacy=privacy)
+    params = led["observation"]["parts"][0]["parameters"]
+    c, depth = 2, 3  # max_tables 8: 3 features + prior + 4 free slots (stream_body: depth 3)
+    weights = {"user": 1.0, "item": 6.0, "age": 0.25, "(prior)": 0.5}
+    total = sum(weights.values()) + 4 * 1.0
+    rows = {row["table"]: row for row in params["budget_split"]}
+    assert set(rows) == {*weights, "(selected groups)"} and rows["(selected groups)"]["slots"] == 4
+    weights["(selected groups)"] = 1.0
+    whole = budget["epsilon" if mechanism == "laplace" else "rho"]
+    spent = 0.0
+    for name, w in weights.items():
+        part = whole * w / total
+        row = rows[name]
+        assert row["share"] == pytest.approx(w / total)
+        if mechanism == "laplace":
+            assert row["epsilon"] == pytest.approx(part)
+            assert row["noise_scale"] == pytest.approx(c * depth / part)  # b_s = Δ1(table)/ε_s
+        else:
+            assert row["rho"] == pytest.approx(part)
+            assert row["noise_scale"] == pytest.approx(c * math.sqrt(depth) / math.sqrt(2 * part))
+        spent += part * row["slots"]
+    assert spent == pytest.approx(whole)
+    assert led["observation"]["parts"][0]["epsilon" if mechanism == "laplace" else "rho"] == (
+        pytest.approx(whole)
+    )
+    # all weights 1: the uniform noise of DESIGN §4, b = Δ1/ε (σ = Δ2/sqrt(2ρ))
+    uniform = await _ledger(api, privacy={"mechanism": mechanism, **budget})
+    u_params = uniform["observation"]["parts"][0]["parameters"]
+    for row in u_params["budget_split"]:
+        assert row["noise_scale"] == pytest.approx(u_params["noise_scale"])
+
+
+async def test_table_weights_are_checked(api: Api) -> None:
+    for privacy, field in (
+        ({"table_weights": {"nope": 2.0}}, "table_weights"),
+        ({"table_weights": {"item": 0}}, "table_weights"),
+        ({"prior_weight": 5000}, "prior_weight"),
+    ):
+        r = await api.post("/v1/streams", json=stream_body(unique("tw"), privacy=privacy))
+        assert r.status_code == 422 and field in r.text, r.text

@@ -71,6 +71,30 @@ async def test_fresh_gaussian_cells_follow_the_exact_pmf(api: Api) -> None:
     assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma * 1.3)) < 1e-6
 
 
+async def test_weighted_tables_get_the_noise_of_their_share_of_the_budget(api: Api) -> None:
+    """With ``table_weights``, each table's fresh cells follow the exact pmf at its own scale,
+    b_s = depth/ε_s with ε_s = ε·w_s/W (W over the 8 slots: user 1, item 6, age 0.5, the prior
+    1, 4 free slots 1 each: W = 12.5), and not at the uniform scale Δ1/ε."""
+    name = unique("noisew")
+    privacy = {"mechanism": "laplace", "epsilon": 2.0, "table_weights": {"item": 6, "age": 0.5}}
+    body = stream_body(name, privacy=privacy, sketch={"width": 2048, "depth": 3})
+    r = await api.post("/v1/streams", json=body)
+    assert r.status_code == 201, r.text
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    data = await windows.store_of(api.ctx).read_tables(rt, 2, [t.id for t in rt.tables])
+    assert data is not None
+    uniform = 24 / 2.0  # Δ1/ε
+    for t in rt.tables:
+        w = {"user": 1.0, "item": 6.0, "age": 0.5}[t.name]
+        scale = 3 / (2.0 * w / 12.5)  # depth / ε_s
+        cells = data[0][t.id]
+        # false-failure rate of each check: 1e-6 (fresh CSPRNG output each run)
+        assert _chi_square_p(cells, lambda x, b=scale: discrete_laplace_pmf(x, scale=b)) > 1e-6
+        assert _chi_square_p(cells, lambda x: discrete_laplace_pmf(x, scale=uniform)) < 1e-6
+    by_name = {row["table"]: row for row in r.json()["budget"]}
+    assert by_name["item"]["noise_scale"] == pytest.approx(3 / (2.0 * 6 / 12.5))
+
+
 def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -98,7 +122,7 @@ def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(
     ]:
         monkeypatch.setattr(target, attr, forbidden)
     for mechanism in ("laplace", "gaussian"):
-        tables, prior = windows.noise_tables(mechanism, 7.5, [1, 2], 4096, 2)
+        tables, prior = windows.noise_tables(mechanism, [7.5, 7.5], 7.5, [1, 2], 4096, 2)
         assert tables[1].size == 4096 and prior.size == 2
         assert not np.array_equal(tables[1], tables[2])
         assert np.count_nonzero(tables[1]) > 3000
