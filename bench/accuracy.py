@@ -113,6 +113,17 @@ TEST_SHARE = 0.01
 WIDTH, DEPTH = 16384, 3
 FEATURES: tuple[str, ...] = tuple(movielens.FEATURES)
 MAX_TABLES = len(FEATURES) + 1
+WEIGHTS: dict[str, float] = {}  # the budget split (--table-weights); "prior": the prior table's
+
+
+def weights_body() -> dict[str, Any]:
+    """The stream's ``privacy`` fields of the budget split (none: every table weighs 1)."""
+    if not WEIGHTS:
+        return {}
+    return {
+        "table_weights": {f: w for f, w in WEIGHTS.items() if f != "prior"},
+        "prior_weight": WEIGHTS.get("prior", 1.0),
+    }
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,8 @@ class Sketching:
     features: tuple[str, ...] = tuple(movielens.FEATURES)
     width: int = WIDTH
     depth: int = DEPTH
+    # privacy.table_weights (and "prior": privacy.prior_weight): the budget split across tables
+    weights: tuple[tuple[str, float], ...] = ()
 
     @property
     def max_tables(self) -> int:
@@ -135,8 +148,9 @@ class Sketching:
 
 def configure(sketching: Sketching) -> None:
     """Make ``sketching`` this process's operating point (the module constants above)."""
-    global WIDTH, DEPTH, FEATURES, MAX_TABLES
+    global WIDTH, DEPTH, FEATURES, MAX_TABLES, WEIGHTS
     WIDTH, DEPTH = sketching.width, sketching.depth
+    WEIGHTS = dict(sketching.weights)
     FEATURES = tuple(sketching.features)
     MAX_TABLES = sketching.max_tables
 
@@ -504,7 +518,7 @@ async def replay(
         "window_seconds": 366 * 86400,  # no scheduled roll: only the forced ones below
         "hot_windows": 1,
         "retention_windows": last + 1,  # the count period is all history
-        "privacy": privacy.body,
+        "privacy": {**privacy.body, **weights_body()},
         "sketch": {"width": WIDTH, "depth": privacy.sketch_depth},
         "max_tables": MAX_TABLES,
     }
@@ -1792,7 +1806,18 @@ def _customise(
         parser.error(f"--width must be a power of two, got {args.width}")
     if args.depth < 1:
         parser.error(f"--depth must be at least 1, got {args.depth}")
-    changes: dict[str, Any] = {"sketching": Sketching(features, args.width, args.depth)}
+    weights: dict[str, float] = {}
+    for item in args.table_weights or []:
+        feature, _, value = item.partition("=")
+        try:
+            weights[feature] = float(value)
+        except ValueError:
+            parser.error(f"--table-weights: {item!r} is not FEATURE=WEIGHT")
+        if feature != "prior" and feature not in features:
+            parser.error(f"--table-weights: {feature!r} has no table; choose from {features}")
+    changes: dict[str, Any] = {
+        "sketching": Sketching(features, args.width, args.depth, tuple(sorted(weights.items())))
+    }
     if args.shares is not None:
         try:
             shares = tuple(sorted({float(x) / 100 for x in args.shares}))
@@ -1874,6 +1899,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     point.add_argument(
         "--width", type=int, default=WIDTH, help=f"sketch width, a power of two (default {WIDTH})"
+    )
+    point.add_argument(
+        "--table-weights",
+        type=_csv_list,
+        default=None,
+        metavar="F=W,...",
+        help="the budget split: each listed table's weight (privacy.table_weights; 'prior' "
+        "for the prior table), every other table 1; table s gets ε·w_s/Σw",
     )
     point.add_argument(
         "--shares",
