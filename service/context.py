@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.process
 import functools
 import multiprocessing
 from collections.abc import Callable, Coroutine
@@ -39,11 +40,24 @@ class AppContext:
 
     async def run_cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """CPU-heavy work (noise generation, model training) off the event loop: in the
-        process pool when there is one, else in a thread."""
+        process pool when there is one, else in a thread. A pool whose worker died (a native
+        crash in a library kills the process and breaks the whole pool) is replaced by a
+        fresh one, so that one crashed job never stops the next window's noise or model; the
+        job that was running when it broke fails."""
         call = functools.partial(fn, *args, **kwargs)
-        if self.executor is None:
+        executor = self.executor
+        if executor is None:
             return await asyncio.to_thread(call)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(executor, call)
+        except concurrent.futures.process.BrokenProcessPool:
+            if self.executor is executor and isinstance(
+                executor, concurrent.futures.ProcessPoolExecutor
+            ):
+                executor.shutdown(wait=False, cancel_futures=True)
+                self.executor = make_process_pool()  # (the API and worker run one)
+            raise
 
 
 def make_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecutor:
