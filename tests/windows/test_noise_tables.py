@@ -37,16 +37,22 @@ def _chi_square_p(samples: np.ndarray, pmf) -> float:  # type: ignore[no-untyped
     return float(stats.chisquare(observed, expected * n / expected.sum()).pvalue)
 
 
-async def _fresh_cells(api: Api, privacy: dict) -> tuple[np.ndarray, float]:
+async def _fresh_tables(api: Api, privacy: dict) -> tuple[dict[str, np.ndarray], dict]:
+    """A new stream's window 2 (prepared ahead of time, never written to): each table's cells
+    by name, and the stream as the API returned it."""
     name = unique("noise")
     body = stream_body(name, privacy=privacy, sketch={"width": 2048, "depth": 3})
     r = await api.post("/v1/streams", json=body)
     assert r.status_code == 201, r.text
-    # window 2 is prepared ahead of time and has never been written to
     rt = await streams.runtime(ctx=api.ctx, name=name)
     data = await windows.store_of(api.ctx).read_tables(rt, 2, [t.id for t in rt.tables])
     assert data is not None
-    return np.concatenate(list(data[0].values())), r.json()["noise_scale"]
+    return {t.name: data[0][t.id] for t in rt.tables}, r.json()
+
+
+async def _fresh_cells(api: Api, privacy: dict) -> tuple[np.ndarray, float]:
+    tables, stream = await _fresh_tables(api, privacy)
+    return np.concatenate(list(tables.values())), stream["noise_scale"]
 
 
 async def test_fresh_laplace_cells_follow_the_exact_pmf_at_scale_delta_over_epsilon(
@@ -75,23 +81,17 @@ async def test_weighted_tables_get_the_noise_of_their_share_of_the_budget(api: A
     """With ``table_weights``, each table's fresh cells follow the exact pmf at its own scale,
     b_s = depth/ε_s with ε_s = ε·w_s/W (W over the 8 slots: user 1, item 6, age 0.5, the prior
     1, 4 free slots 1 each: W = 12.5), and not at the uniform scale Δ1/ε."""
-    name = unique("noisew")
     privacy = {"mechanism": "laplace", "epsilon": 2.0, "table_weights": {"item": 6, "age": 0.5}}
-    body = stream_body(name, privacy=privacy, sketch={"width": 2048, "depth": 3})
-    r = await api.post("/v1/streams", json=body)
-    assert r.status_code == 201, r.text
-    rt = await streams.runtime(ctx=api.ctx, name=name)
-    data = await windows.store_of(api.ctx).read_tables(rt, 2, [t.id for t in rt.tables])
-    assert data is not None
+    tables, stream = await _fresh_tables(api, privacy)
     uniform = 24 / 2.0  # Δ1/ε
-    for t in rt.tables:
-        w = {"user": 1.0, "item": 6.0, "age": 0.5}[t.name]
+    assert set(tables) == {"user", "item", "age"}
+    for name, cells in tables.items():
+        w = {"user": 1.0, "item": 6.0, "age": 0.5}[name]
         scale = 3 / (2.0 * w / 12.5)  # depth / ε_s
-        cells = data[0][t.id]
         # false-failure rate of each check: 1e-6 (fresh CSPRNG output each run)
         assert _chi_square_p(cells, lambda x, b=scale: discrete_laplace_pmf(x, scale=b)) > 1e-6
         assert _chi_square_p(cells, lambda x: discrete_laplace_pmf(x, scale=uniform)) < 1e-6
-    by_name = {row["table"]: row for row in r.json()["budget"]}
+    by_name = {row["table"]: row for row in stream["budget"]}
     assert by_name["item"]["noise_scale"] == pytest.approx(3 / (2.0 * 6 / 12.5))
 
 
