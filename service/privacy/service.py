@@ -76,6 +76,12 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "annotation_queue": [asdict(q) for q in queue_parts] or None,
         "notes": [
             "Windows hold disjoint observations: one observation is in one window's tables.",
+            (
+                "Within a window the budget is split across the tables by weight "
+                "(parameters.budget_split: each table's share, ε or ρ and noise scale); the "
+                "shares add up to the window's budget (basic composition across tables; "
+                "Bun & Steinke 2016, Lemma 2.3, for ρ)."
+            ),
             f"Selection reads the hot period; an observation is in it for {h} rolls.",
             (
                 f"{len(queue_parts)} annotation queue(s) of this stream's records: each "

@@ -136,6 +136,7 @@ async def test_a_weighted_budget_split_is_recomputed_and_sums_to_the_budget(
             assert row["noise_scale"] == pytest.approx(c * math.sqrt(depth) / math.sqrt(2 * part))
         spent += part * row["slots"]
     assert spent == pytest.approx(whole)
+    assert any("budget_split" in note for note in led["notes"])
     assert led["observation"]["parts"][0]["epsilon" if mechanism == "laplace" else "rho"] == (
         pytest.approx(whole)
     )
