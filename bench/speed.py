@@ -939,7 +939,7 @@ def ingest_profile(batch: int, repeats: int = 7) -> IngestProfile:
 
     def count() -> list[bytes]:
         parsed, _ = ingest_service.parse_rows(rt, stored, after=b"", last=b"")
-        return ingest_service.count_ops(rt, tables, parsed.encoded, parsed.labels)
+        return ingest_service.count_increments(rt, tables, parsed.encoded, parsed.labels).packed()
 
     n_ops = sum(len(o.split()) // 2 for o in count())
 

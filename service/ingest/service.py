@@ -169,16 +169,6 @@ def count_increments(
     )
 
 
-def count_ops(
-    rt: StreamRuntime,
-    tables: Sequence[TableRef],
-    encoded: Mapping[str, Encoded],
-    labels: np.ndarray,
-) -> list[bytes]:
-    """``count_increments`` packed: one ``pack_ops`` string per table, the prior's last."""
-    return count_increments(rt, tables, encoded, labels).packed()
-
-
 def tables_of(rt: StreamRuntime, window: int) -> list[TableRef]:
     """The tables window ``window`` has (a selected group is counted from its ``first_epoch``
     on)."""
@@ -244,8 +234,8 @@ def parse_rows(
     return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user)), blob
 
 
-def _added(inc: Increments, tables: list[int], whole: list[bytes | None]) -> list[bytes]:
-    return [inc.added_to(i, b) for i, b in zip(tables, whole, strict=True) if b is not None]
+def _added(inc: Increments, tables: list[int], whole: list[bytes]) -> list[bytes]:
+    return [inc.added_to(i, b) for i, b in zip(tables, whole, strict=True)]
 
 
 async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> int:
@@ -306,11 +296,12 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
             if current != expected:  # another counter moved on: start again from there
                 expected = current
                 continue
-            if any(b is None for b in whole):
+            present = [b for b in whole if b is not None]
+            if len(present) < len(whole):
                 raise Unavailable(
                     f"window {window} of stream {rt.name!r} has no tables to count into"
                 )
-            added = await asyncio.to_thread(_added, inc, dense, whole)
+            added = await asyncio.to_thread(_added, inc, dense, present)
             values = dict(zip(dense, added, strict=True))
         sparse = [i for i in range(inc.n_tables) if i not in values]
         values.update(zip(sparse, inc.packed(sparse), strict=True))
@@ -345,7 +336,7 @@ async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
 
 
 def pack_ops(cells: np.ndarray, deltas: np.ndarray) -> bytes:
-    """Increments for ingest.lua as one string ``#<cell> <delta> #<cell> <delta> ...``: the
+    """Increments for count.lua as one string ``#<cell> <delta> #<cell> <delta> ...``: the
     BITFIELD arguments themselves, in decimal. The script splits it with one pattern match per
     op and passes the pieces on as they are (binary pairs would need a number-to-string
     conversion per op in Lua, which costs Redis more than the formatting costs here)."""

@@ -197,7 +197,7 @@ def _ops(rt, body):  # type: ignore[no-untyped-def]
     rows = ingest_service.batch_rows(body)
     tables = ingest_service.tables_of(rt, 1)
     parsed, _ = ingest_service.parse_rows(rt, b",".join(rows), after=b"", last=b"")
-    ops = ingest_service.count_ops(rt, tables, parsed.encoded, parsed.labels)
+    ops = ingest_service.count_increments(rt, tables, parsed.encoded, parsed.labels).packed()
     return [t.id for t in tables], ops, rows
 
 
