@@ -16,9 +16,9 @@ import pandas as pd
 from bench.report import DATA as SHARED_DATA
 
 DATA = SHARED_DATA / "movielens-100k"
-AGE_BUCKETS = [18, 25, 35, 45, 56]
-FEATURES = ["user_id", "movie_id", "genres", "age", "gender", "occupation", "zip3"]
-CATEGORICAL = [f for f in FEATURES if f != "age"]
+AGE_BUCKETS = (18, 25, 35, 45, 56)
+FEATURES = ("user_id", "movie_id", "genres", "age", "gender", "occupation", "zip3")
+CATEGORICAL = tuple(f for f in FEATURES if f != "age")
 
 
 def available() -> bool:
@@ -27,7 +27,7 @@ def available() -> bool:
 
 def stream_features() -> list[dict[str, Any]]:
     return [
-        {"name": f, "kind": "numeric", "buckets": AGE_BUCKETS}
+        {"name": f, "kind": "numeric", "buckets": list(AGE_BUCKETS)}
         if f == "age"
         else {"name": f, "kind": "categorical"}
         for f in FEATURES
@@ -70,7 +70,7 @@ def load() -> pd.DataFrame:
     df = ratings.merge(users, on="user_id", how="left", validate="many_to_one").merge(
         items, on="movie_id", how="left", validate="many_to_one"
     )
-    assert len(df) == len(ratings) and not df[FEATURES].isna().any().any()
+    assert len(df) == len(ratings) and not df[list(FEATURES)].isna().any().any()
     df = df.sort_values(["timestamp", "user_id", "movie_id"], kind="stable").reset_index(drop=True)
     out = pd.DataFrame(
         {

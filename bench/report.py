@@ -1,6 +1,11 @@
-"""Shared plumbing of the benchmarks: timing with repeats, the machine line, plots, and
-appending a section to BENCHMARKS.md. Machines here are noisy, so every figure that matters is
-a ratio against a baseline measured in the same run, with medians over repeats."""
+"""Shared plumbing of the benchmarks: timing with repeats, the machine line, plots, and the
+sections they append to BENCHMARKS.md.
+
+A section is generated from tables and plots only (``Table``, ``Plot``): its heading, the command
+that made it, the commit and the machine, then the tables and the images. Explanations belong in
+the benchmarks' docstrings (``selectivity bench <name> --help``) and in hand-written notes, never
+in generated text. Machines here are noisy, so every figure that matters is a ratio against a
+baseline measured in the same run, with medians over repeats."""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
@@ -63,26 +70,38 @@ def median_time(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1) 
     return statistics.median(times)
 
 
-def plot_path(name: str) -> Path:
-    PLOTS.mkdir(parents=True, exist_ok=True)
-    return PLOTS / f"{name}.png"
+@dataclass(frozen=True)
+class Clock:
+    """Progress lines on stdout, stamped with the seconds since ``t0``."""
+
+    t0: float = field(default_factory=time.perf_counter)
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:7.1f}s] {msg}", flush=True)
 
 
-def append_section(title: str, body: str, *, command: str) -> None:
-    """Append one run's section (newest last) under the file's headline summary."""
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = (
-        f"\n## {title} ({stamp})\n\n"
-        f"Command: `{command}` · commit {commit()} · {machine()}\n\n{body.strip()}\n"
-    )
-    if not BENCHMARKS.exists():
-        BENCHMARKS.write_text("# Benchmarks\n")
-    with BENCHMARKS.open("a") as f:
-        f.write(text)
-    print(text)
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
-def markdown_table(header: list[str], rows: list[list[object]]) -> str:
+def plot_path(name: str, directory: Path = PLOTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{name}.png"
+
+
+def rel(path: Path) -> Path:
+    """``path`` as BENCHMARKS.md links it (relative to the repository when inside it)."""
+    path = path.resolve()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def cell(v: object) -> str:
         if isinstance(v, float):
             return f"{v:.4g}"
@@ -91,3 +110,51 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of a section, under an optional ``### title`` heading."""
+
+    header: Sequence[str]
+    rows: Sequence[Sequence[object]]
+    title: str = ""
+
+    def markdown(self) -> str:
+        table = markdown_table(self.header, self.rows)
+        return f"### {self.title}\n\n{table}" if self.title else table
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    path: Path
+
+    def markdown(self) -> str:
+        return f"![{self.title}]({rel(self.path)})"
+
+
+def body(parts: Sequence[Table | Plot]) -> str:
+    return "\n\n".join(p.markdown() for p in parts)
+
+
+def section(title: str, parts: Sequence[Table | Plot], *, command: str) -> str:
+    """One run's section: heading, command, commit and machine, then the tables and plots."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"\n## {title} ({stamp})\n\n"
+        f"Command: `{command}` · commit {commit()} · {machine()}\n\n{body(parts)}\n"
+    )
+
+
+def append_section(
+    title: str, parts: Sequence[Table | Plot], *, command: str, path: Path = BENCHMARKS
+) -> str:
+    """Append one run's section to ``path`` (newest last) and print it."""
+    text = section(title, parts, command=command)
+    if not path.exists():
+        path.write_text("# Benchmarks\n")
+    with path.open("a") as f:
+        f.write(text)
+    print(text)
+    return text

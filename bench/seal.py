@@ -1,14 +1,14 @@
 """Sealing throughput against ingest throughput, measured in the same run.
 
 `selectivity bench seal [--rows N] [--repeats K]`: the synthetic click log (26 categorical and
-13 numeric features, `bench/synthetic.py`) is ingested through the service's ingest path in
+13 numeric features, `service/synthetic.py`) is ingested through the service's ingest path in
 process (batches of 1000, embedded Redis with AOF on, SQLite) and counted into the tables (the
 counting job's work, timed with it: ingest is done when its rows are counted); then the window
-is rolled and the
-`seal` job moves it into the cold store (HPKE X25519/HKDF-SHA256/AES-256-GCM, zlib, 5000
-entries per segment, atomic writes with fsync, index rows, read-back verification, expire).
-Both are medians over repeats of observations per second; MB/s counts the raw rows sealed (the
-plaintext) and the segment bytes written. Sealing keeps up with ingest when the ratio is ≥ 1.
+is rolled and the `seal` job moves it into the cold store (HPKE X25519/HKDF-SHA256/AES-256-GCM,
+zlib, 5000 entries per segment, atomic writes with fsync, index rows, read-back verification,
+expire). Both are medians over repeats of observations per second; MB/s counts the raw rows
+sealed (the plaintext) and the segment bytes written. Sealing keeps up with ingest when the
+ratio is ≥ 1.
 In-process ingest is faster than HTTP ingest, so the comparison is the conservative one.
 Also timed: opening the segments again with the reconstructed key (what an export does).
 """
@@ -18,40 +18,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+from rich.progress import Progress
+from sqlalchemy import select
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.progress import Progress  # noqa: E402
-from sqlalchemy import select  # noqa: E402
-
-from bench.report import append_section, markdown_table, plot_path  # noqa: E402
-from bench.synthetic import generate, stream_body  # noqa: E402
-from service import resources  # noqa: E402
-from service.coldstore import crypto  # noqa: E402
-from service.coldstore import service as coldstore  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.db.migrate import upgrade  # noqa: E402
-from service.db.models import ColdSegment, ColdStoreKey, Stream  # noqa: E402
-from service.ingest import service as ingest  # noqa: E402
-from service.ingest.schemas import IngestIn  # noqa: E402
-from service.streams import service as streams  # noqa: E402
-from service.streams.schemas import StreamCreate  # noqa: E402
-from service.windows import service as windows  # noqa: E402
+from bench.harness import Config, InProcess
+from bench.report import Plot, Table, append_section, plot_path, pyplot
+from service.coldstore import crypto
+from service.coldstore import service as coldstore
+from service.counting import service as counting
+from service.db.models import ColdSegment, ColdStoreKey, Stream
+from service.ingest import service as ingest
+from service.ingest.schemas import IngestIn
+from service.lifecycle import roll as lifecycle_roll
+from service.lifecycle import streams as lifecycle_streams
+from service.streams import service as streams
+from service.streams.schemas import StreamCreate
+from service.synthetic import ClickLog, generate, stream_body
 
 BATCH = 1000
 
 
-async def one(ctx, k: int, log, shares: list[str], progress: Progress) -> dict[str, float]:  # type: ignore[no-untyped-def]
+async def one(
+    svc: InProcess, k: int, log: ClickLog, shares: list[str], progress: Progress
+) -> dict[str, float]:
+    ctx = svc.ctx
     name = f"seal{k}"
     body = stream_body(name)
     body["hot_windows"] = 1
     async with ctx.sessionmaker() as session, session.begin():
-        await streams.create(ctx=ctx, session=session, stream_in=StreamCreate.model_validate(body))
+        await lifecycle_streams.create(
+            ctx=ctx, session=session, stream_in=StreamCreate.model_validate(body)
+        )
     batches = [
         IngestIn.model_validate({"observations": log.observations(i, i + BATCH)})
         for i in range(0, len(log), BATCH)
@@ -63,21 +64,21 @@ async def one(ctx, k: int, log, shares: list[str], progress: Progress) -> dict[s
         progress.advance(task)
     # ingest is done when the rows are counted too (the worker's counting job)
     rt = await streams.runtime(ctx=ctx, name=name)
-    assert await ingest.count_window(ctx=ctx, rt=rt, window=1) == len(log)
+    assert await counting.count_window(ctx=ctx, rt=rt, window=1) == len(log)
     t_ingest = time.perf_counter() - t
-    await windows.roll(ctx=ctx, name=name)
-    await windows.roll(ctx=ctx, name=name)  # window 1 leaves the hot period: expire after seal
-    # the rolls' background work (selection round, reference model) is not sealing's cost
-    await asyncio.gather(*list(ctx.caches.get("background", ())), return_exceptions=True)
+    await lifecycle_roll.roll(ctx=ctx, name=name)
+    await lifecycle_roll.roll(ctx=ctx, name=name)  # window 1 leaves the hot period
+    # the rolls' follow-ups (selection round, reference model) are not sealing's cost
+    await svc.settle(name)
     raw_bytes = 0
-    for _eid, fields in await windows.store_of(ctx).hot_range(name, 1, "-", "+", len(log)):
+    for _eid, fields in await ctx.stores.windows.hot_range(name, 1, "-", "+", len(log)):
         raw_bytes += len(fields[b"d"])
     progress.update(task, description=f"run {k + 1}: seal")
     t = time.perf_counter()
     stats = await coldstore.seal_stream(ctx=ctx, name=name)
     t_seal = time.perf_counter() - t
     assert stats.entries == len(log) and stats.windows_sealed >= 1, stats
-    assert await windows.store_of(ctx).hot_length(name, 1) == 0  # expired after verification
+    assert await ctx.stores.windows.hot_length(name, 1) == 0  # expired after verification
     async with ctx.sessionmaker() as session:
         sid = await session.scalar(select(Stream.id).where(Stream.name == name))
         segs = list(await session.scalars(select(ColdSegment).where(ColdSegment.stream_id == sid)))
@@ -104,21 +105,11 @@ async def one(ctx, k: int, log, shares: list[str], progress: Progress) -> dict[s
 
 
 async def run(rows: int, repeats: int) -> list[dict[str, float]]:
-    tmp = Path(tempfile.mkdtemp(prefix="selectivity-bench-seal-"))
-    settings = Settings(data_dir=tmp, embedded_worker=False)
-    upgrade(settings.resolved_database_url)
-    embedded = resources.EmbeddedRedis(settings)
-    ctx = await resources.build(settings, embedded=embedded)
-    try:
-        _, shares = await coldstore.init_key(
-            sessionmaker=ctx.sessionmaker, shares=3, threshold=2, actor="bench"
-        )
+    async with InProcess(Config(tmp_prefix="selectivity-bench-seal-")) as svc:
+        shares = svc.cold_shares
         log = generate(rows, seed=7)
         with Progress() as progress:
-            return [await one(ctx, k, log, shares, progress) for k in range(repeats)]
-    finally:
-        await resources.close(ctx)
-        embedded.close()
+            return [await one(svc, k, log, shares, progress) for k in range(repeats)]
 
 
 def main(argv: list[str]) -> None:
@@ -131,6 +122,7 @@ def main(argv: list[str]) -> None:
     def med(k: str) -> float:
         return statistics.median(r[k] for r in results)
 
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     labels = ["ingest (in process)", "seal", "open (export)"]
     vals = [med("ingest"), med("seal"), med("open")]
@@ -142,39 +134,25 @@ def main(argv: list[str]) -> None:
     fig.tight_layout()
     png = plot_path("seal")
     fig.savefig(png, dpi=110)
-    table = markdown_table(
-        ["measure", "median", "runs"],
-        [
-            [
-                "ingest, observations/s",
-                f"{med('ingest'):,.0f}",
-                ", ".join(f"{r['ingest']:,.0f}" for r in results),
-            ],
-            [
-                "seal, observations/s",
-                f"{med('seal'):,.0f}",
-                ", ".join(f"{r['seal']:,.0f}" for r in results),
-            ],
-            [
-                "seal / ingest",
-                f"{med('ratio'):.2f}×",
-                ", ".join(f"{r['ratio']:.2f}" for r in results),
-            ],
-            ["seal, MB/s of raw rows in", f"{med('raw_mb_s'):.1f}", ""],
-            ["seal, MB/s of segments written", f"{med('written_mb_s'):.1f}", ""],
-            ["compression (raw / sealed bytes)", f"{med('compression'):.2f}×", ""],
-            ["open (decrypt + decompress), observations/s", f"{med('open'):,.0f}", ""],
-        ],
-    )
-    keeps_up = "yes" if med("ratio") >= 1 else "**no**"
-    body = (
-        f"{table}\n\n{args.rows:,} rows of the synthetic click log per run, "
-        f"{int(results[0]['segments'])} segments of ≤ 5000 entries. Sealing keeps up with "
-        f"ingest: {keeps_up} ({med('ratio'):.2f}× the in-process ingest rate).\n\n"
-        f"![seal](bench/plots/{png.name})"
-    )
+    plt.close(fig)
+
+    def runs(key: str, fmt: str) -> str:
+        return ", ".join(fmt.format(r[key]) for r in results)
+
+    rows: list[list[Any]] = [
+        ["ingest, observations/s", f"{med('ingest'):,.0f}", runs("ingest", "{:,.0f}")],
+        ["seal, observations/s", f"{med('seal'):,.0f}", runs("seal", "{:,.0f}")],
+        ["seal / ingest", f"{med('ratio'):.2f}×", runs("ratio", "{:.2f}")],
+        ["sealing keeps up with ingest (≥ 1×)", "yes" if med("ratio") >= 1 else "**no**", ""],
+        ["seal, MB/s of raw rows in", f"{med('raw_mb_s'):.1f}", ""],
+        ["seal, MB/s of segments written", f"{med('written_mb_s'):.1f}", ""],
+        ["compression (raw / sealed bytes)", f"{med('compression'):.2f}×", ""],
+        ["open (decrypt + decompress), observations/s", f"{med('open'):,.0f}", ""],
+        ["rows of the synthetic click log per run", f"{args.rows:,}", ""],
+        ["segments of ≤ 5000 entries", int(results[0]["segments"]), ""],
+    ]
     append_section(
         "Cold-store sealing vs ingest",
-        body,
+        [Table(["measure", "median", "runs"], rows), Plot("seal", png)],
         command=f"selectivity bench seal --rows {args.rows} --repeats {args.repeats}",
     )

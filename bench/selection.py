@@ -2,106 +2,73 @@
 and the reference model's progressive-validation quality with and without them.
 
 `selectivity bench selection [--quick]`: two streams replay the same ratings in time order
-through the service (in process, embedded Redis) with forced rolls, one with
-`epsilon_selection = 1` (one group per round), one without. After every roll the worker's
-background work (selection round, reference model) is awaited. Both streams use the same noise
+through the service (in process, embedded Redis: ``bench.harness``) with forced rolls, one with
+`epsilon_selection = 1` (one group per round), one without. After every roll the follow-ups the
+worker would run (selection round, reference model) are run. Both streams use the same noise
 settings; the baseline is the stream without selection, measured in the same run."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-import httpx
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from bench import movielens  # noqa: E402
-from bench.report import append_section, markdown_table, plot_path  # noqa: E402
-from service import resources  # noqa: E402
-from service.admin import service as keys  # noqa: E402
-from service.app import create_app  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.db.migrate import upgrade  # noqa: E402
+from bench import movielens
+from bench.harness import Config, InProcess
+from bench.report import Plot, Table, append_section, plot_path, pyplot
 
 EPSILON = 5.0  # per-window table budget of both streams (selection's effect is the point here)
-
-
-async def _settle(ctx: Any) -> None:
-    while ctx.caches.get("background"):
-        await asyncio.gather(*list(ctx.caches["background"]), return_exceptions=True)
 
 
 async def replay(windows: int, rows: int | None) -> dict[str, Any]:
     df = movielens.load()
     if rows:
         df = df.iloc[:rows]
-    tmp = Path(tempfile.mkdtemp(prefix="selectivity-bench-"))
-    settings = Settings(data_dir=tmp, embedded_worker=False, max_batch=10_000)
-    upgrade(settings.resolved_database_url)
-    embedded = resources.EmbeddedRedis(settings)
-    ctx = await resources.build(settings, embedded=embedded)
-    async with ctx.sessionmaker() as session, session.begin():
-        admin = (await keys.create(session=session, role="admin")).key
-    h = {"Authorization": f"Bearer {admin}"}
     out: dict[str, Any] = {}
-    transport = httpx.ASGITransport(app=create_app(ctx=ctx))
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://bench", timeout=600
-        ) as c:
-            for name, eps_sel in (("without", 0.0), ("with", 1.0)):
-                body = {
-                    "name": name,
-                    "features": movielens.stream_features(),
-                    "labels": ["0", "1"],
-                    "hot_windows": 2,
-                    "retention_windows": 50,
-                    "window_seconds": 366 * 86400,
-                    "sketch": {"width": 16384, "depth": 3},
-                    "max_tables": len(movielens.FEATURES) + 1 + 4,
-                    "privacy": {
-                        "mechanism": "laplace",
-                        "epsilon": EPSILON,
-                        "epsilon_selection": eps_sel,
-                        "groups_per_round": 1,
-                    },
-                }
-                r = await c.post("/v1/streams", headers=h, json=body)
-                r.raise_for_status()
-                size = len(df) // windows
-                t0 = time.perf_counter()
-                for w in range(windows):
-                    part = df.iloc[w * size : (w + 1) * size]
-                    obs = movielens.observations(part)
-                    for i in range(0, len(obs), 10_000):
-                        r = await c.post(
-                            f"/v1/streams/{name}/observations",
-                            headers=h,
-                            json={"observations": obs[i : i + 10_000]},
-                        )
-                        r.raise_for_status()
-                    r = await c.post(f"/v1/streams/{name}/roll", headers=h)
-                    r.raise_for_status()
-                    await _settle(ctx)
-                    print(
-                        f"  {name} selection: window {w + 1}/{windows} rolled "
-                        f"({time.perf_counter() - t0:.0f} s)",
-                        flush=True,
+    async with InProcess(Config(http_timeout=600)) as svc:
+        for name, eps_sel in (("without", 0.0), ("with", 1.0)):
+            body = {
+                "name": name,
+                "features": movielens.stream_features(),
+                "labels": ["0", "1"],
+                "hot_windows": 2,
+                "retention_windows": 50,
+                "window_seconds": 366 * 86400,
+                "sketch": {"width": 16384, "depth": 3},
+                "max_tables": len(movielens.FEATURES) + 1 + 4,
+                "privacy": {
+                    "mechanism": "laplace",
+                    "epsilon": EPSILON,
+                    "epsilon_selection": eps_sel,
+                    "groups_per_round": 1,
+                },
+            }
+            await svc.call("POST", "/streams", "admin", 201, json=body)
+            size = len(df) // windows
+            t0 = time.perf_counter()
+            epochs: list[dict] = []  # the quality of each epoch's model, read while it lives
+            for w in range(windows):
+                obs = movielens.observations(df.iloc[w * size : (w + 1) * size])
+                for i in range(0, len(obs), 10_000):
+                    part = {"observations": obs[i : i + 10_000]}
+                    await svc.call(
+                        "POST", f"/streams/{name}/observations", "producer", 202, json=part
                     )
-                out[name] = {
-                    "tables": (await c.get(f"/v1/streams/{name}/tables", headers=h)).json(),
-                    "quality": (await c.get(f"/v1/streams/{name}/quality", headers=h)).json(),
-                }
-    finally:
-        await resources.close(ctx)
-        embedded.close()
+                await svc.call("POST", f"/streams/{name}/roll", "admin")
+                # the worker's part: the selection round and the reference model of the roll
+                await svc.settle(name)
+                got = (await svc.call("GET", f"/streams/{name}/quality", "admin")).json()
+                epochs.extend(got["epochs"])
+                print(
+                    f"  {name} selection: window {w + 1}/{windows} rolled "
+                    f"({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
+            out[name] = {
+                "tables": (await svc.call("GET", f"/streams/{name}/tables", "admin")).json(),
+                "quality": {"epochs": epochs},
+            }
     return out
 
 
@@ -129,6 +96,7 @@ def main(argv: list[str]) -> None:
         ]
         for e in epochs
     ]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(epochs, [r[1] for r in rows_], "o-", label="without selection")
     ax.plot(epochs, [r[2] for r in rows_], "s-", label="with selection (ε_sel = 1)")
@@ -143,47 +111,49 @@ def main(argv: list[str]) -> None:
     fig.tight_layout()
     png = plot_path("selection")
     fig.savefig(png, dpi=110)
-    groups = (
-        markdown_table(
-            ["group", "extends", "picked at roll to epoch", "rank", "counted from window"],
-            [
-                [
-                    t["name"],
-                    t["extends"],
-                    t["selected_epoch"],
-                    t["selection_rank"],
-                    t["first_epoch"],
-                ]
-                for t in picked
-            ],
-        )
-        if picked
-        else "No group was selected."
-    )
+    plt.close(fig)
     mean = (sum(r[3] for r in rows_) / len(rows_)) if rows_ else float("nan")
-    body = (
-        f"Two streams, {windows} windows of MovieLens 100K in time order, laplace ε = {EPSILON} "
-        f"per window for the tables, sketch 16384 × 3, hot_windows 2, max_tables = features + 5. "
-        f"One stream runs a selection round at every roll (ε_sel = 1, one group per round); the "
-        f"other does not. Quality: the reference model of each epoch scored on the ratings that "
-        f"arrived during it.\n\nSelected groups:\n\n{groups}\n\n"
-        + markdown_table(
+    setup = Table(
+        ["setup", ""],
+        [
             [
-                "epoch",
-                "log-loss without",
-                "log-loss with",
-                "with / without",
-                "AUC without",
-                "AUC with",
-                "prior log-loss",
+                "streams",
+                "two, the same ratings: one with a selection round at every roll, one without",
             ],
-            rows_,
-        )
-        + f"\n\nMean log-loss ratio with / without selection: {mean:.4f}.\n\n"
-        f"![selection](bench/plots/{png.name})"
+            ["data", f"{windows} windows of MovieLens 100K in time order"],
+            [
+                "tables",
+                f"laplace ε = {EPSILON} per window, sketch 16384 × 3, hot_windows 2, "
+                "max_tables = features + 5",
+            ],
+            ["selection", "ε_sel = 1, one group per round"],
+            ["quality", "each epoch's reference model on the newest fifth of its train set"],
+            ["mean log-loss ratio with / without selection", f"{mean:.4f}"],
+        ],
+    )
+    groups = Table(
+        ["group", "extends", "picked at roll to epoch", "rank", "counted from window"],
+        [
+            [t["name"], t["extends"], t["selected_epoch"], t["selection_rank"], t["first_epoch"]]
+            for t in picked
+        ],
+        "Selected groups",
+    )
+    quality = Table(
+        [
+            "epoch",
+            "log-loss without",
+            "log-loss with",
+            "with / without",
+            "AUC without",
+            "AUC with",
+            "prior log-loss",
+        ],
+        rows_,
+        "Reference model by epoch",
     )
     append_section(
         "DP count-table selection (MovieLens)",
-        body,
+        [setup, groups, quality, Plot("selection", png)],
         command="selectivity bench selection" + (" --quick" if args.quick else ""),
     )

@@ -21,6 +21,8 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
+from service.synthetic import ClickLogSpec, generate, stream_body
+
 BATCH = 1000
 
 
@@ -43,8 +45,6 @@ def run(args: argparse.Namespace) -> None:
     import lightgbm as lgb
     from rich.console import Console
     from rich.progress import Progress
-
-    from bench.synthetic import ClickLogSpec, generate, stream_body
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     console = Console()

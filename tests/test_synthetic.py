@@ -1,11 +1,12 @@
-"""The synthetic click log: seeded, Criteo-shaped, with the documented ground truth."""
+"""The synthetic click log (`service.synthetic`): seeded, Criteo-shaped, with the documented
+ground truth."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.synthetic import ClickLogSpec, generate, numeric_edges, stream_body
 from service.streams.schemas import StreamCreate
+from service.synthetic import ClickLogSpec, generate, numeric_edges, stream_body
 
 
 def test_seeded_and_shaped() -> None:

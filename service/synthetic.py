@@ -1,5 +1,5 @@
-"""A synthetic click log shaped like Criteo's display-advertising data, for speed tests at scale
-(millions of rows) without real data.
+"""A synthetic click log shaped like Criteo's display-advertising data: the product's demo data
+(``selectivity demo``) and the benchmarks' data at scale (millions of rows) without real data.
 
 * ``C1 … C26``: categorical features. Feature ``j`` has ``cardinalities[j]`` categories, spaced
   geometrically from ``min_cardinality`` to ``max_cardinality`` (10^6 by default), and its values
@@ -15,7 +15,7 @@
   a missing categorical value hides its category from the features, not from the truth.
 
 Everything is vectorised numpy and seeded: the same ``(n_rows, seed, spec)`` always gives the
-same log (benchmark data, not noise: the CSPRNG rules of DESIGN §4 are for the service's noise).
+same log (demo and benchmark data, not noise: the service's noise comes from the CSPRNG).
 Categorical values are held as codes and turned into strings only on request, sharing one string
 object per category (``vocabulary``), so that a million-row log stays a few hundred MB.
 """

