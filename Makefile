@@ -22,11 +22,13 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
+# Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs): under a minute.
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check service workers tests bench
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy service workers
 
 clean:

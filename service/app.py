@@ -17,24 +17,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import resources
-from service.admin import router as admin_router
 from service.admin.service import bootstrap_admin
-from service.audit import router as audit_router
-from service.coldstore import router as coldstore_router
+from service.api import admin as admin_router
+from service.api import audit as audit_router
+from service.api import coldstore as coldstore_router
+from service.api import features as features_router
+from service.api import ingest as ingest_router
+from service.api import models as models_router
+from service.api import privacy as privacy_router
+from service.api import queues as queues_router
+from service.api import reference as reference_router
+from service.api import selection as selection_router
+from service.api import streams as streams_router
+from service.api import web as web_router
+from service.api import windows as windows_router
 from service.coldstore.service import init_embedded_key, warn_without_key
 from service.config import Settings
-from service.context import AppContext
+from service.context import AppContext, make_process_pool
 from service.errors import ServiceError
-from service.features import router as features_router
-from service.ingest import router as ingest_router
-from service.models import router as models_router
-from service.privacy import router as privacy_router
-from service.queues import router as queues_router
-from service.reference import router as reference_router
-from service.selection import router as selection_router
-from service.streams import router as streams_router
-from service.web import router as web_router
-from service.windows import router as windows_router
+from workers import runner
 
 log = logging.getLogger("selectivity")
 
@@ -135,8 +136,6 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             app.state.ctx = ctx
             yield
             return
-        from workers import runner
-
         embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
         own = await resources.build(settings, embedded=embedded)
         app.state.ctx = own
@@ -149,8 +148,6 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             await warn_without_key(own)
         worker = None
         if settings.run_worker_in_process:
-            from service.context import make_process_pool
-
             own.executor = make_process_pool()
             worker = asyncio.create_task(runner.run_in_process(own))
         try:

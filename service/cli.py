@@ -5,9 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
+from service import cli_coldstore, demo, resources
+from service.admin import service as keys
+from service.admin.service import bootstrap_admin
+from service.app import create_app
+from service.audit import service as audit
 from service.config import Settings
+from service.db.migrate import upgrade
+from service.db.session import make_engine, make_sessionmaker
+from service.privacy.schemas import KAnonIn
+from service.privacy.service import calculate
+from service.reference import report
+from service.reference import service as reference
+from workers.runner import run_standalone
 
 
 def _settings() -> Settings:
@@ -17,21 +30,24 @@ def _settings() -> Settings:
         sys.exit(f"configuration error: {exc}")
 
 
+def _private_files() -> None:
+    """Everything the service process writes from here on (and every child it starts, such as
+    the embedded redis-server) is created 0700/0600 (``resources.PRIVATE_UMASK``)."""
+    os.umask(resources.PRIVATE_UMASK)
+
+
 def cmd_migrate(_: argparse.Namespace) -> None:
     """Apply migrations, then create the bootstrap admin key if there is no admin yet."""
-    from service.admin.service import bootstrap_admin
-    from service.db.migrate import upgrade
-    from service.db.session import make_engine, make_sessionmaker
-
+    _private_files()
     s = _settings()
-    s.data_dir.mkdir(parents=True, exist_ok=True)
+    resources.secure_data_dir(s)
     upgrade(s.resolved_database_url)
     print("migrations applied")
 
     async def boot() -> str | None:
         engine = make_engine(s.resolved_database_url)
         try:
-            return await bootstrap_admin(sessionmaker=make_sessionmaker(engine), settings=s)
+            return await bootstrap_admin(sessionmaker=make_sessionmaker(engine, s), settings=s)
         finally:
             await engine.dispose()
 
@@ -43,11 +59,9 @@ def cmd_migrate(_: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from service.app import create_app
-    from service.db.migrate import upgrade
-
+    _private_files()
     s = _settings()
-    s.data_dir.mkdir(parents=True, exist_ok=True)
+    resources.secure_data_dir(s)
     if not args.no_migrate:
         upgrade(s.resolved_database_url)
     mode = "embedded Redis" if s.embedded_redis else "external Redis"
@@ -60,9 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(_: argparse.Namespace) -> None:
-    from service import resources
-    from workers.runner import run_standalone
-
+    _private_files()
     s = _settings()
     if s.embedded_redis:
         sys.exit(
@@ -81,16 +93,12 @@ def cmd_worker(_: argparse.Namespace) -> None:
 
 
 def cmd_create_key(args: argparse.Namespace) -> None:
-    from service.admin import service as keys
-    from service.audit import service as audit
-    from service.db.session import make_engine, make_sessionmaker
-
     s = _settings()
 
     async def main() -> str:  # keys live in SQL only: no Redis needed
         engine = make_engine(s.resolved_database_url)
         try:
-            sessionmaker = make_sessionmaker(engine)
+            sessionmaker = make_sessionmaker(engine, s)
             async with sessionmaker() as session, session.begin():
                 created = await keys.create(session=session, role=args.role, name=args.name)
             await audit.record(
@@ -109,10 +117,6 @@ def cmd_create_key(args: argparse.Namespace) -> None:
 
 def cmd_report_quality(args: argparse.Namespace) -> None:
     """A PNG of the reference model's quality per epoch (log-loss against the prior's, AUC)."""
-    from service.db.session import make_engine, make_sessionmaker
-    from service.reference import report
-    from service.reference import service as reference
-
     s = _settings()
 
     async def fetch():  # type: ignore[no-untyped-def]
@@ -142,9 +146,6 @@ def cmd_privacy_kanon(args: argparse.Namespace) -> None:
     """(β, k, ε) → δ, or solve for k or β given --delta (Li, Qardaji & Su, Thm 5)."""
     from pydantic import ValidationError as PydanticError
 
-    from service.privacy.schemas import KAnonIn
-    from service.privacy.service import calculate
-
     try:
         body = KAnonIn(beta=args.beta, k=args.k, epsilon=args.epsilon, delta=args.delta)
         out = calculate(body)
@@ -167,16 +168,10 @@ BENCHES = ("accuracy", "speed", "roll", "selection", "seal")  # roll also measur
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    """Each benchmark is ``bench/<name>.py`` with ``main(argv) -> None``."""
-    import importlib
-
-    try:
-        module = importlib.import_module(f"bench.{args.name}")
-    except ImportError as exc:
-        sys.exit(
-            f"benchmark {args.name!r} needs the bench extra: pip install -e '.[bench]' ({exc})"
-        )
-    module.main(args.rest)
+    """Each benchmark is the package ``bench.<name>`` with ``main(argv)``, run as
+    ``python -m bench <name> ...`` in this process's place (the service never imports
+    ``bench``: it needs the bench extra, ``pip install -e '.[bench]'``)."""
+    os.execv(sys.executable, [sys.executable, "-m", "bench", args.name, *args.rest])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -211,11 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
-    from service import cli_coldstore
-
     cli_coldstore.register(sub, admin)
-    from service import demo
-
     demo.register(sub)
     rp = sub.add_parser("report", help="reports").add_subparsers(dest="report", required=True)
     rq = rp.add_parser("quality", help="PNG of the reference model's quality per epoch")

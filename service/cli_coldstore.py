@@ -9,18 +9,22 @@ import asyncio
 import getpass
 import json
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.audit import service as audit
+from service.coldstore.service import KeyExists, init_key
 from service.config import Settings
+from service.db.session import make_engine, make_sessionmaker
 
 T = TypeVar("T")
 
 
 def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
-    from service.db.session import make_engine, make_sessionmaker
-
     try:
         s = Settings()
     except Exception as exc:
@@ -29,7 +33,7 @@ def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
     async def main() -> T:
         engine = make_engine(s.resolved_database_url)
         try:
-            return await fn(make_sessionmaker(engine))
+            return await fn(make_sessionmaker(engine, s))
         finally:
             await engine.dispose()
 
@@ -38,8 +42,6 @@ def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
 
 def cmd_init_coldstore(args: argparse.Namespace) -> None:
     """Create (or rotate) the cold-store key and print its shares, once."""
-    from service.coldstore.service import KeyExists, init_key
-
     try:
         if not 1 <= args.threshold <= args.shares <= 16 or (args.threshold == 1 < args.shares):
             raise ValueError("need 2 <= threshold <= shares <= 16 (or 1 of 1)")
@@ -69,27 +71,58 @@ def cmd_init_coldstore(args: argparse.Namespace) -> None:
         print(f"share {i}: {share}\n")
 
 
+_HEAD = re.compile(r"([1-9][0-9]{0,17}):([0-9a-fA-F]{64})")
+
+
+def parse_head(value: str) -> tuple[int, bytes]:
+    """``SEQ:HASH`` as ``audit verify`` prints a head: an entry number and its 64-hex-digit
+    hash (``ValueError`` otherwise)."""
+    m = _HEAD.fullmatch(value.strip())
+    if m is None:
+        raise ValueError(
+            "--expect-head must be SEQ:HASH, an entry number and its 64-hex-digit hash as "
+            f"`selectivity audit verify` prints them (got {value[:80]!r})"
+        )
+    return int(m[1]), bytes.fromhex(m[2])
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> None:
-    from service.audit import service as audit
+    """Walk the chain, check it against the anchor (and a head noted elsewhere); exit 1 when
+    anything is wrong, 2 on a malformed --expect-head."""
+    expect = None
+    if args.expect_head is not None:
+        try:
+            expect = parse_head(args.expect_head)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
 
     async def run(sessionmaker: Any) -> audit.Verdict:
         async with sessionmaker() as session:
-            return await audit.verify(session)
+            return await audit.verify(session, expect_head=expect)
 
-    v = _with_db(run)
+    try:
+        v = _with_db(run)
+    except audit.AuditSetupError as exc:
+        sys.exit(f"error: {exc}")
+    except SQLAlchemyError as exc:
+        sys.exit(f"error: cannot read the audit log ({type(exc).__name__}): is it migrated?")
     if not v.ok:
-        print(f"TAMPERED: entry {v.first_bad_seq}: {v.problem}")
+        where = f"TAMPERED: entry {v.first_bad_seq}" if v.first_bad_seq else "FAILED"
+        print(f"{where}: {v.problem}")
         print(f"the chain is intact up to entry {v.head_seq} (hash {v.head_hash})")
         sys.exit(1)
     print(f"ok: {v.entries} entries, chain intact; head seq {v.head_seq} hash {v.head_hash}")
-    if args.expect_head:
-        seq, _, h = args.expect_head.partition(":")
-        if v.head_seq < int(seq):
-            print(f"TAMPERED: entries after {v.head_seq} were removed (expected head {seq})")
-            sys.exit(1)
-        if v.head_seq == int(seq) and h and h != v.head_hash:
-            print("TAMPERED: the head differs from the one noted")
-            sys.exit(1)
+    if v.keyed_from is not None:
+        plain = f"; entries 1-{v.keyed_from - 1} plain SHA-256" if v.keyed_from > 1 else ""
+        print(f"keyed (HMAC-SHA256, key id {v.key_id}) from entry {v.keyed_from}{plain}")
+    if v.anchor is not None:
+        a = v.anchor
+        print(f"anchor {v.anchor_path}: seq {a.seq} hash {a.hash.hex()}, keyed from {a.keyed_from}")
+    if expect is not None:
+        print(f"entry {expect[0]} has the expected hash")
+    for note in v.notes:
+        print(f"note: {note}")
 
 
 # -- unlock over HTTP ---------------------------------------------------------------------
@@ -202,8 +235,14 @@ def register(sub: Any, admin: Any) -> None:
     ic.set_defaults(fn=cmd_init_coldstore)
 
     au = sub.add_parser("audit", help="the audit log").add_subparsers(dest="audit", required=True)
-    av = au.add_parser("verify", help="check the hash chain; report the first bad entry")
-    av.add_argument("--expect-head", help="SEQ:HASH noted earlier, to detect removed tail entries")
+    av = au.add_parser(
+        "verify", help="check the keyed hash chain and its anchor; report the first bad entry"
+    )
+    av.add_argument(
+        "--expect-head",
+        metavar="SEQ:HASH",
+        help="a head printed earlier and kept elsewhere: entry SEQ must still have HASH",
+    )
     av.set_defaults(fn=cmd_audit_verify)
 
     ul = sub.add_parser("unlock", help="break-glass access to the cold store (over HTTP)")

@@ -1,4 +1,5 @@
-"""Operator settings: one object, read once, prefix ``SELECTIVITY_`` (DESIGN §12.2)."""
+"""Operator settings: one object, read once, prefix ``SELECTIVITY_`` (docs/ARCHITECTURE.md,
+"Operator settings")."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +48,41 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=5.0, gt=0)
     # Run the worker inside the API process (default: only in embedded mode).
     embedded_worker: bool | None = None
+    # The audit log's HMAC-SHA256 key (docs/ARCHITECTURE.md, "Audit log"): hex, at least 32
+    # bytes (`openssl rand -hex 32`). Unset: read from AUDIT_KEY_FILE, created (0600) by the
+    # first audited action. Keep it where the database's admins can neither read nor write it,
+    # and never change it: entries keyed with another key no longer verify.
+    audit_key: SecretStr | None = None
+    # Where the audit key is kept when AUDIT_KEY is unset (default <data dir>/audit.key).
+    audit_key_file: Path | None = None
+    # Embedded mode's first start writes the new cold-store key's shares to this file (0600,
+    # created, never overwritten) instead of printing them on the console. Refused inside the
+    # data dir or the cold store: the service must never be able to read its shares back
+    # (docs/ARCHITECTURE.md, "Threat model and promises", promise 3).
+    coldstore_shares_file: Path | None = None
+    # A share submitted to a pending unlock request is wiped from memory (and its approval
+    # withdrawn) this long after its submission, unless the threshold was reached by then.
+    unlock_share_ttl_seconds: int = Field(default=900, ge=10, le=86400)
+    # An annotation queue whose δ at its ε exceeds this is refused (422) unless created with
+    # "accept_delta_above_ceiling": true (docs/ARCHITECTURE.md, "Annotation queues").
+    queue_delta_ceiling: float = Field(default=1e-6, gt=0, lt=1)
+
+    @field_validator("audit_key")
+    @classmethod
+    def _audit_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            raw = v.get_secret_value().strip()
+            try:
+                n = len(bytes.fromhex(raw))
+            except ValueError:
+                n = -1
+            if n < 32:
+                raise ValueError(
+                    "SELECTIVITY_AUDIT_KEY must be at least 64 hex digits (32 bytes), "
+                    "e.g. from `openssl rand -hex 32`"
+                )
+            return SecretStr(raw)
+        return v
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
@@ -57,6 +93,17 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "SELECTIVITY_DATABASE_URL must name a server database in production"
                 )
+        if self.coldstore_shares_file is not None:
+            f = self.coldstore_shares_file.resolve()
+            for what, d in (
+                ("the data dir", self.data_dir),
+                ("the cold store", self.resolved_coldstore_dir),
+            ):
+                if f.is_relative_to(d.resolve()):
+                    raise ValueError(
+                        f"SELECTIVITY_COLDSTORE_SHARES_FILE ({f}) must be outside {what} "
+                        f"({d.resolve()}): whoever reads it could open the whole cold store"
+                    )
         return self
 
     @property
@@ -72,6 +119,15 @@ class Settings(BaseSettings):
     @property
     def resolved_coldstore_dir(self) -> Path:
         return self.coldstore_dir or self.data_dir / "coldstore"
+
+    @property
+    def resolved_audit_key_file(self) -> Path:
+        return self.audit_key_file or self.data_dir / "audit.key"
+
+    @property
+    def audit_anchor_file(self) -> Path:
+        """The audit log's head, kept outside the database: on the cold-store volume."""
+        return self.resolved_coldstore_dir / "audit-head.json"
 
     @property
     def run_worker_in_process(self) -> bool:

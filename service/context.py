@@ -7,7 +7,7 @@ import concurrent.futures
 import concurrent.futures.process
 import functools
 import multiprocessing
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -15,9 +15,28 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from service.config import Settings
+from service.jobs import Jobs
 from service.keys import Keys
+from service.stores import Stores
+from service.vault import Vault
 
 T = TypeVar("T")
+
+
+@dataclass
+class Caches:
+    """Per-process caches, each owned by the one domain service named beside it (values are
+    that domain's types; this module sits below the domains and does not import them)."""
+
+    keys: dict[bytes, tuple[float, Any]] = field(default_factory=dict)  # admin: principals
+    runtimes: dict[str, tuple[float, Any]] = field(default_factory=dict)  # streams
+    featurizers: dict[str, Any] = field(default_factory=dict)  # features, by stream
+    model_status: dict[str, tuple[float, str, str, int]] = field(default_factory=dict)  # models
+    open_epochs: dict[str, int] = field(default_factory=dict)  # ingest
+    boosters: dict[tuple[int, int], tuple[int, Any]] = field(default_factory=dict)  # reference
+    queue_runtimes: dict[str, tuple[float, Any]] = field(default_factory=dict)  # queues
+    # ingest: (a cold-store key exists, monotonic time of the look-up)
+    coldstore_key: tuple[bool, float] = (False, float("-inf"))
 
 
 @dataclass
@@ -27,16 +46,11 @@ class AppContext:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker
     keys: Keys
+    stores: Stores
+    jobs: Jobs
     executor: concurrent.futures.Executor | None = None
-    caches: dict[str, Any] = field(default_factory=dict)
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``coro`` in the background, tracked so that ``resources.close`` waits for it."""
-        task = asyncio.create_task(coro)
-        tasks: set[asyncio.Task[Any]] = self.caches.setdefault("background", set())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        return task
+    caches: Caches = field(default_factory=Caches)
+    vault: Vault = field(default_factory=Vault)  # break-glass secrets: memory only
 
     async def run_cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """CPU-heavy work (noise generation, model training) off the event loop: in the

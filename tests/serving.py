@@ -1,5 +1,5 @@
 """`selectivity serve` in a subprocess on the embedded defaults, as `make run` starts it, for
-the tests that drive the real server (CLI, browser)."""
+the tests that drive the real server (CLI, browser); and the CLI itself in a subprocess."""
 
 from __future__ import annotations
 
@@ -15,6 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+CLI = [sys.executable, "-m", "service.cli"]
+
+
+def cli_env(**settings: str) -> dict[str, str]:
+    """This process's environment without its SELECTIVITY_* variables (the tests' own among
+    them), plus ``settings`` as SELECTIVITY_<name>."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
+    return env | {f"SELECTIVITY_{k}": v for k, v in settings.items()}
+
+
+def cli(
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``selectivity <args>`` in a subprocess; its output is captured as text."""
+    return subprocess.run(
+        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def free_port() -> int:
@@ -50,11 +68,9 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Server]:
     SELECTIVITY_* variables (e.g. SCHEDULER_SECONDS="1"). Waits for /readyz."""
     port = free_port()
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
-    env["SELECTIVITY_DATA_DIR"] = str(data)
-    env |= {f"SELECTIVITY_{k}": v for k, v in settings.items()}
+    env = cli_env(DATA_DIR=str(data), **settings)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        [*CLI, "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

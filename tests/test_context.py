@@ -18,6 +18,7 @@ def _square(x: int) -> int:
     return x * x
 
 
+@pytest.mark.slow  # a process pool whose worker process dies
 async def test_a_crashed_worker_breaks_one_job_not_the_next(ctx: AppContext) -> None:
     ctx.executor = make_process_pool()
     try:

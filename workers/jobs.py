@@ -1,89 +1,71 @@
-"""Job bodies: plain async functions ``<domain>_<verb>(ctx, ...)``; thin (DESIGN §8).
-
-``ctx["app"]`` is the process's ``AppContext``. Every job is safe to run twice and to crash at
-any line (the services they call are idempotent and checkpointed)."""
+"""Job bodies: plain async functions, thin, each calling one service (docs/ARCHITECTURE.md,
+"Jobs"). ``ctx["app"]`` is the process's ``AppContext``. Every job is safe to run twice and
+to crash at any line: the services they call are idempotent and checkpointed, and a roll's
+follow-ups are keyed per (stream, epoch) and recorded in SQL (``service.lifecycle.followups``).
+"""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from service.streams import repository
-from service.windows import service as windows
-
-log = logging.getLogger("selectivity.worker")
+from service.coldstore import service as coldstore
+from service.coldstore import unlock
+from service.counting import service as counting
+from service.lifecycle import followups, scheduler
+from service.queues import service as queues
 
 
 async def windows_tick(ctx: dict[str, Any]) -> dict[str, int]:
-    """For every stream: roll it if its open window is due (or finish an interrupted roll),
-    then make sure the next window's noise-initialised tables are prepared."""
-    app = ctx["app"]
-    async with app.sessionmaker() as session:
-        names = [s.name for s in await repository.list_streams(session)]
-    rolled = prepared = 0
-    for name in names:
-        try:
-            before = await windows.store_of(app).epoch(name)
-            after = await windows.roll(ctx=app, name=name, only_if_due=True)
-            rolled += int(after != before)
-            prepared += int(await windows.prepare_next(ctx=app, name=name))
-        except Exception as exc:  # one stream's failure must not stop the others
-            log.error("tick failed for stream %s: %s", name, type(exc).__name__)
-    return {"streams": len(names), "rolled": rolled, "prepared": prepared}
+    """Roll every stream that is due, prepare next windows, re-enqueue unfinished follow-ups."""
+    return await scheduler.tick(ctx["app"])
 
 
 async def ingest_count(ctx: dict[str, Any]) -> dict[str, int]:
-    """For every stream: count the hot entries accepted since the last run into their
-    window's tables (checkpointed per window; a roll counts what is left before it uses a
-    window's tables)."""
-    from service.ingest import service as ingest
-    from service.streams import service as streams
-
-    app = ctx["app"]
-    async with app.sessionmaker() as session:
-        names = [s.name for s in await repository.list_streams(session)]
-    counted = 0
-    for name in names:
-        try:
-            epoch = await windows.store_of(app).epoch(name)
-            if epoch is None:
-                continue
-            rt = await streams.runtime(ctx=app, name=name)
-            counted += await ingest.count_hot(ctx=app, rt=rt, epoch=epoch)
-        except Exception as exc:  # one stream's failure must not stop the others
-            log.error("counting failed for stream %s: %s", name, type(exc).__name__)
-    return {"streams": len(names), "counted": counted}
-
-
-async def windows_roll(ctx: dict[str, Any], *, stream: str) -> int:
-    epoch = await windows.roll(ctx=ctx["app"], name=stream)
-    await windows.prepare_next(ctx=ctx["app"], name=stream)
-    return epoch
-
-
-async def windows_prepare_next(ctx: dict[str, Any], *, stream: str) -> bool:
-    return await windows.prepare_next(ctx=ctx["app"], name=stream)
+    """Count hot entries accepted since the last run into their window's tables."""
+    return await counting.count_all(ctx["app"])
 
 
 async def coldstore_seal(ctx: dict[str, Any]) -> dict[str, int]:
     """Seal hot-stream entries into the cold store; expire what is sealed and left the hot
     period."""
-    from service.coldstore import service as coldstore
-
     return await coldstore.seal_all(ctx=ctx["app"])
 
 
 async def unlock_expire_grants(ctx: dict[str, Any]) -> int:
-    from service.coldstore import unlock
-
     return await unlock.expire_grants(ctx=ctx["app"])
+
+
+async def queues_release(ctx: dict[str, Any]) -> dict[str, int]:
+    """Release the annotation queues' release periods that have ended."""
+    return await queues.release_due(ctx["app"])
+
+
+# The follow-ups of a roll, one job each, keyed <kind>:<stream>:<epoch>.
+async def windows_prepare_next(ctx: dict[str, Any], *, stream: str, epoch: int) -> dict:
+    return await followups.run(ctx["app"], kind="windows_prepare_next", name=stream, epoch=epoch)
+
+
+async def selection_round(ctx: dict[str, Any], *, stream: str, epoch: int) -> dict:
+    return await followups.run(ctx["app"], kind="selection_round", name=stream, epoch=epoch)
+
+
+async def reference_refresh(ctx: dict[str, Any], *, stream: str, epoch: int) -> dict:
+    return await followups.run(ctx["app"], kind="reference_refresh", name=stream, epoch=epoch)
+
+
+async def models_notify(ctx: dict[str, Any], *, stream: str, epoch: int) -> dict:
+    return await followups.run(ctx["app"], kind="models_notify", name=stream, epoch=epoch)
 
 
 FUNCTIONS = [
     windows_tick,
     ingest_count,
-    windows_roll,
-    windows_prepare_next,
     coldstore_seal,
     unlock_expire_grants,
+    queues_release,
+    windows_prepare_next,
+    selection_round,
+    reference_refresh,
+    models_notify,
 ]
+assert {f.__name__ for f in FUNCTIONS} >= set(followups.KINDS)

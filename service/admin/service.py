@@ -1,5 +1,6 @@
 """API keys: ``sk_<id>_<secret>``; stored as SHA-256 (the secret has 256 bits of entropy, so a
-fast hash is enough), looked up by id, compared in constant time (DESIGN §12)."""
+fast hash is enough), looked up by id, compared in constant time (docs/ARCHITECTURE.md,
+"HTTP API")."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ async def authenticate(*, ctx: AppContext, authorization: str | None) -> Princip
     if parsed is None:
         raise Unauthorized("malformed API key")
     digest = _hash(key)
-    cache: dict[bytes, tuple[float, Principal]] = ctx.caches.setdefault("keys", {})
+    cache = ctx.caches.keys
     hit = cache.get(digest)
     now = time.monotonic()
     if hit is not None and now - hit[0] < ctx.settings.key_cache_seconds:

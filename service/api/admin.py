@@ -4,8 +4,8 @@ from fastapi import APIRouter
 
 from service.admin import service
 from service.admin.schemas import KeyCreate, KeyCreated
+from service.api.deps import AdminKey, CtxDep, JsonRoute, SessionDep
 from service.audit import service as audit
-from service.deps import AdminKey, CtxDep, JsonRoute, SessionDep
 from service.errors import ValidationError, error_responses
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)

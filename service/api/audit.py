@@ -4,10 +4,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from service.api.deps import AdminKey, JsonRoute, SessionDep
 from service.audit import service
-from service.deps import AdminKey, JsonRoute, SessionDep
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
 
@@ -20,7 +20,8 @@ class AuditEntryOut(BaseModel):
     target: str
     detail: dict[str, Any]
     prev_hash: str
-    hash: str
+    hash: str = Field(description="HMAC-SHA256 under the audit key (key_version 1) or SHA-256 (0)")
+    key_version: int = Field(description="0: plain SHA-256, written before the audit key; 1: keyed")
 
 
 class AuditPage(BaseModel):
@@ -47,6 +48,7 @@ async def audit_log(
                 detail=e.detail,
                 prev_hash=e.prev_hash.hex(),
                 hash=e.hash.hex(),
+                key_version=e.key_version,
             )
             for e in rows
         ],

@@ -1,4 +1,5 @@
-"""Break-glass unlock over HTTP (DESIGN §10, §12): analysts request and export, admins approve."""
+"""Break-glass unlock over HTTP (docs/ARCHITECTURE.md, "Cold store and break-glass unlock"):
+analysts request and export, admins approve."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from service.admin.service import Principal
+from service.api.deps import AdminKey, CtxDep, JsonRoute, require
 from service.coldstore import unlock
 from service.coldstore.schemas import ApproveIn, ExportFormat, UnlockRequestIn, UnlockRequestOut
-from service.deps import AdminKey, CtxDep, JsonRoute, require
 from service.errors import (
     Conflict,
     Forbidden,

@@ -7,7 +7,8 @@ import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from service.deps import CtxDep, JsonRoute, ModelKey
+from service.api.deps import CtxDep, JsonRoute, ModelKey
+from service.api.streams import StreamPath
 from service.errors import (
     NotFound,
     PayloadTooLarge,
@@ -19,7 +20,6 @@ from service.errors import (
 from service.features import service
 from service.features.schemas import FeaturizeIn, FeaturizeOut
 from service.models import service as models
-from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRoute)
 

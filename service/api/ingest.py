@@ -4,11 +4,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from service.deps import CtxDep, JsonRoute, ProducerKey
+from service.api.deps import CtxDep, JsonRoute, ProducerKey
+from service.api.streams import StreamPath
 from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.ingest import service
 from service.ingest.schemas import IngestIn, IngestOut
-from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"], route_class=JsonRoute)
 

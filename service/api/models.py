@@ -5,11 +5,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
-from service.deps import CtxDep, JsonRoute, ModelKey, SessionDep
+from service.api.deps import CtxDep, JsonRoute, ModelKey, SessionDep
+from service.api.streams import StreamPath
 from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.models import service
 from service.models.schemas import ModelCreate, ModelCreated, ModelOut, TrainedIn
-from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["models"], route_class=JsonRoute)
 ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")

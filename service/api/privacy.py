@@ -3,11 +3,11 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter, Response
 
-from service.deps import AnyKey, JsonRoute, SessionDep
+from service.api.deps import AnyKey, JsonRoute, SessionDep
+from service.api.streams import StreamPath
 from service.errors import NotFound, ValidationError, error_responses
 from service.privacy import service
 from service.privacy.schemas import KAnonIn, KAnonOut
-from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute)
 

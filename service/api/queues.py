@@ -5,7 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 
 from service.admin.service import Principal
-from service.deps import AnyKey, CtxDep, JsonRoute, SessionDep, require
+from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep, require
+from service.audit import service as audit
 from service.errors import (
     Conflict,
     NotFound,
@@ -48,8 +49,28 @@ QueueKey = Annotated[Principal, Depends(require("curator", "annotator"))]
     response_model=QueueOut,
     responses=error_responses(Conflict, NotFound, ValidationError),
 )
-async def create_queue(body: QueueCreate, session: SessionDep, who: CuratorKey) -> QueueOut:
-    return await service.create(session=session, queue_in=body, created_by=who.key_id)
+async def create_queue(
+    body: QueueCreate, ctx: CtxDep, session: SessionDep, who: CuratorKey
+) -> QueueOut:
+    out = await service.create(
+        session=session,
+        queue_in=body,
+        created_by=who.key_id,
+        delta_ceiling=ctx.settings.queue_delta_ceiling,
+    )
+    await session.commit()
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="queue.create",
+        target=f"queue:{out.name}",
+        detail={
+            "config": body.model_dump(mode="json", exclude={"name"}),
+            "epsilon": out.epsilon,
+            "delta": out.delta,
+        },
+    )
+    return out
 
 
 @router.get("", response_model=QueueList)
@@ -121,17 +142,25 @@ async def label(
 @router.get("/{queue}/labels", response_model=LabelsOut, responses=error_responses(NotFound))
 async def labels(
     ctx: CtxDep,
-    _: CuratorKey,
+    who: CuratorKey,
     queue: str = QueuePath,
     after: int = Query(default=0, ge=0, description="the next_after of the previous page"),
     limit: int = Query(default=1000, ge=1, le=10_000),
 ) -> LabelsOut:
-    return await service.labels(ctx=ctx, name=queue, after=after, limit=limit)
+    out = await service.labels(ctx=ctx, name=queue, after=after, limit=limit)
+    await audit.record(  # an export of labelled, released examples: never their content
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="queue.export_labels",
+        target=f"queue:{queue}",
+        detail={"after": after, "limit": limit, "exported": len(out.labels)},
+    )
+    return out
 
 
 @router.get("/{queue}/stats", response_model=StatsOut, responses=error_responses(NotFound))
-async def stats(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> StatsOut:
-    return await service.stats(ctx=ctx, name=queue)
+async def stats(ctx: CtxDep, who: QueueKey, queue: str = QueuePath) -> StatsOut:
+    return await service.stats(ctx=ctx, name=queue, submitter=who.role != "annotator")
 
 
 @router.get("/{queue}/privacy", response_model=PrivacyOut, responses=error_responses(NotFound))

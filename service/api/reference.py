@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from service.deps import CtxDep, JsonRoute, ModelKey, SessionDep
+from service.api.deps import CtxDep, JsonRoute, ModelKey, SessionDep
+from service.api.streams import StreamPath
 from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
 from service.reference import service
 from service.reference.schemas import PredictIn, PredictOut, QualityOut
-from service.streams.router import StreamPath
 
 router = APIRouter(prefix="/v1/streams", tags=["reference model"], route_class=JsonRoute)
 

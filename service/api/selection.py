@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.deps import AnyKey, CtxDep, JsonRoute, SessionDep
+from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep
+from service.api.streams import StreamPath
 from service.errors import NotFound, error_responses
 from service.selection import service
 from service.streams import service as streams
-from service.streams.router import StreamPath
 from service.streams.schemas import TableOut, TablesOut
 
 router = APIRouter(prefix="/v1/streams", tags=["tables"], route_class=JsonRoute)

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path
 
+from service.api.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
 from service.audit import service as audit
-from service.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
 from service.errors import Conflict, NotFound, ValidationError, error_responses
+from service.lifecycle import streams as lifecycle_streams
 from service.streams import service
 from service.streams.schemas import NAME_PATTERN, StreamCreate, StreamList, StreamOut
 
@@ -21,7 +22,7 @@ StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
 async def create_stream(
     body: StreamCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
 ) -> StreamOut:
-    out = await service.create(ctx=ctx, session=session, stream_in=body)
+    out = await lifecycle_streams.create(ctx=ctx, session=session, stream_in=body)
     await session.commit()
     await audit.record(
         ctx.sessionmaker,

@@ -1,4 +1,5 @@
-"""The annotator page and the curator dashboard (DESIGN §1, §11): static HTML and JavaScript
+"""The annotator page and the curator dashboard (docs/ARCHITECTURE.md, "Annotation queues"):
+static HTML and JavaScript
 served by the API, no build step. The pages hold no secrets: the user types an API key, kept
 in the tab's sessionStorage and sent as a Bearer header to the /v1 endpoints. A strict
 Content-Security-Policy allows only this origin's scripts, and the scripts write example text
@@ -11,12 +12,12 @@ from importlib.resources import files
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from service.deps import JsonRoute
+from service.api.deps import JsonRoute
 from service.errors import NotFound
 
 router = APIRouter(tags=["web"], include_in_schema=False, route_class=JsonRoute)
 
-STATIC = files(__package__).joinpath("static")
+STATIC = files("service.web").joinpath("static")
 TYPES = {
     "annotator.js": "text/javascript",
     "curator.js": "text/javascript",

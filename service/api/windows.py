@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from service.api.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
+from service.api.streams import StreamPath
 from service.audit import service as audit
-from service.deps import AdminKey, AnyKey, CtxDep, JsonRoute, SessionDep
 from service.errors import NotFound, error_responses
-from service.streams.router import StreamPath
+from service.lifecycle.roll import roll as roll_stream
 from service.windows import service
 from service.windows.schemas import RollOut, WindowsOut
 
@@ -25,7 +26,7 @@ async def list_windows(
 
 @router.post("/{stream}/roll", response_model=RollOut, responses=error_responses(NotFound))
 async def roll(ctx: CtxDep, who: AdminKey, stream: str = StreamPath) -> RollOut:
-    epoch = await service.roll(ctx=ctx, name=stream)
+    epoch = await roll_stream(ctx=ctx, name=stream)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
@@ -33,5 +34,4 @@ async def roll(ctx: CtxDep, who: AdminKey, stream: str = StreamPath) -> RollOut:
         target=f"stream:{stream}",
         detail={"epoch": epoch},
     )
-    ctx.spawn(service.prepare_next(ctx=ctx, name=stream))
     return RollOut(epoch=epoch)

@@ -1,4 +1,5 @@
-"""The cold store's cryptography (DESIGN §7, §10): no I/O, no SQL, no Redis.
+"""The cold store's cryptography (docs/ARCHITECTURE.md, "Cold store and break-glass unlock"):
+no I/O, no SQL, no Redis.
 
 Keys. An X25519 key pair; the 32-byte private key is the SLIP-39 master secret, split by
 ``shamir-mnemonic`` into N mnemonic shares with threshold M (one group). The service stores the

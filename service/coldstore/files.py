@@ -7,13 +7,15 @@ import contextlib
 import os
 from pathlib import Path
 
+from service.resources import private_dirs
+
 
 def segment_path(root: Path, stream_id: int, epoch: int, first: str, last: str) -> Path:
     return root / str(stream_id) / str(epoch) / f"{first}-{last}.seg"
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(path.parent)  # every level 0700, whatever the umask
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

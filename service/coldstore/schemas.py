@@ -1,4 +1,4 @@
-"""Unlock (break-glass) bodies (DESIGN §10, §12)."""
+"""Unlock (break-glass) bodies (docs/ARCHITECTURE.md, "Cold store and break-glass unlock")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The cold store (DESIGN §7, §10): its keys, the ``seal`` job, and reading segments back.
+"""The cold store (docs/ARCHITECTURE.md, "Cold store and break-glass unlock"): its keys, the
+``seal`` job, and reading segments back.
 
 Sealing moves each window's hot-stream entries, in order, into segment files of at most
 ``segment_entries`` entries, sealed to the newest active cold-store key. After each segment is
@@ -17,12 +18,14 @@ import asyncio
 import hashlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -30,8 +33,9 @@ from service.audit import service as audit
 from service.coldstore import crypto, files
 from service.context import AppContext
 from service.db.models import ColdSegment, ColdStoreKey, Stream, Window
+from service.lifecycle.expire import expire
 from service.streams import service as streams
-from service.windows import service as windows
+from service.streams.lock import stream_lock
 
 log = logging.getLogger("selectivity.coldstore")
 
@@ -93,17 +97,57 @@ class KeyExists(Exception):
         self.key_id = key_id
 
 
-def write_share_files(data_dir: Path, key_id: int, shares: list[str]) -> Path:
-    """Embedded mode only: the shares as files (mode 0600) for a first local start. They
-    belong offline, each with a different admin: a warning says so."""
-    d = data_dir / "coldstore-shares"
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for i, share in enumerate(shares, 1):
-        p = d / f"key{key_id}-share{i}.txt"
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(share + "\n")
-    return d
+class SharesFileError(Exception):
+    """SELECTIVITY_COLDSTORE_SHARES_FILE cannot take a new key's shares (checked before the
+    key is made)."""
+
+
+def check_shares_file(path: Path) -> None:
+    """The shares file must be new (it may hold an earlier key's shares: never overwritten)
+    and its directory must exist."""
+    if path.exists():
+        raise SharesFileError(
+            f"SELECTIVITY_COLDSTORE_SHARES_FILE {path} already exists; it may hold the shares "
+            "of an earlier key: move it away or name a new file"
+        )
+    if not path.parent.is_dir():
+        raise SharesFileError(
+            f"SELECTIVITY_COLDSTORE_SHARES_FILE {path}: directory {path.parent} does not exist"
+        )
+
+
+def write_shares_file(path: Path, key_id: int, threshold: int, shares: list[str]) -> None:
+    """The shares in a new file (mode 0600 whatever the umask; ``O_EXCL``: never overwrites)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            f"# selectivity cold-store key {key_id}: {len(shares)} SLIP-39 shares, any "
+            f"{threshold} open the cold store. Give each to a different admin, keep them "
+            "OFFLINE, then delete this file.\n"
+        )
+        for i, share in enumerate(shares, 1):
+            f.write(f"share {i}: {share}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def shares_banner(key_id: int, threshold: int, shares: list[str]) -> str:
+    """The console banner of embedded mode's first start (as a development server prints its
+    unseal key): the only place the shares ever appear."""
+    rule = "=" * 78
+    lines = [
+        rule,
+        f"COLD-STORE KEY {key_id} CREATED: {len(shares)} SLIP-39 shares, any {threshold} "
+        "open the cold store.",
+        "They are shown ONCE, here, and stored nowhere: the service keeps only the public key.",
+        "Copy each share now and give it to a different admin, to keep OFFLINE. Anyone",
+        f"holding {threshold} can decrypt every sealed observation. Without them, nothing can",
+        "be unlocked: there is no recovery.",
+        "",
+        *(f"share {i}: {share}" for i, share in enumerate(shares, 1)),
+        rule,
+    ]
+    return "\n".join(lines)
 
 
 # -- sealing ------------------------------------------------------------------------------
@@ -128,7 +172,7 @@ async def seal_stream(
     """Seal what can be sealed of one stream, then let ``expire`` delete what left the hot
     period. Safe to run twice and concurrently with ingest; serialised with rolls."""
     stats = SealStats()
-    store = windows.store_of(ctx)
+    store = ctx.stores.windows
     root = ctx.settings.resolved_coldstore_dir
     async with ctx.sessionmaker() as session:
         key = await active_key(session)
@@ -222,17 +266,17 @@ async def seal_stream(
                 stats.problems += 1
     if stats.windows_sealed:
         rt = await streams.runtime(ctx=ctx, name=name)
-        async with windows.stream_lock(ctx, name):
+        async with stream_lock(ctx, name):
             epoch = await store.epoch(name)
             if epoch is not None:
-                await windows.expire(ctx=ctx, rt=rt, epoch=epoch)
+                await expire(ctx=ctx, rt=rt, epoch=epoch)
     return stats
 
 
 async def _verify_window(*, ctx: AppContext, name: str, stream_id: int, window: Window) -> bool:
     """Every segment of a closed window read back against its SHA-256, and the entries they
     hold against the hot stream's length; then ``cold_sealed_at``."""
-    store = windows.store_of(ctx)
+    store = ctx.stores.windows
     async with ctx.sessionmaker() as session:
         segs = list(
             await session.scalars(
@@ -306,7 +350,6 @@ class ExportItem:
 def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
     """Decrypt one indexed segment, checking the file's SHA-256 and that its (authenticated)
     header is the one the index expects; a failure is one error item, never an exception."""
-    import orjson
 
     name = Path(seg.path).name
     try:
@@ -340,23 +383,43 @@ def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
 
 
 async def init_embedded_key(ctx: AppContext) -> None:
-    """Embedded mode's first start: a 3-share, threshold-2 key with the shares in files under
-    the data dir (DESIGN §10 wants them offline; a local trial has nowhere else to put them)."""
+    """Embedded mode's first start: a 3-share, threshold-2 key. Its shares are never stored
+    where the service can read them (docs/ARCHITECTURE.md, "Threat model and promises",
+    promise 3): they go to SELECTIVITY_COLDSTORE_SHARES_FILE when the operator names one
+    (outside the data dir and the cold store, by ``Settings``; created 0600, never
+    overwritten), else they are printed once on the console (stdout, not the log). Neither
+    SQL, Redis, the data dir nor the log ever holds one. Raises ``SharesFileError`` (before
+    any key is made) when the named file cannot take them."""
     async with ctx.sessionmaker() as session:
         if await active_key(session) is not None:
             return
+    dest = ctx.settings.coldstore_shares_file
+    if dest is not None:
+        check_shares_file(dest)
     try:
         row, shares = await init_key(
             sessionmaker=ctx.sessionmaker, shares=3, threshold=2, actor="system"
         )
     except KeyExists:
         return
-    d = write_share_files(ctx.settings.data_dir, row.id, shares)
+    if dest is not None:
+        try:
+            write_shares_file(dest, row.id, row.threshold, shares)
+        except OSError as exc:  # lost shares would lock the cold store for good: print them
+            log.error("could not write the shares file: %s", type(exc).__name__)
+        else:
+            log.warning(
+                "created cold-store key %d (3 shares, threshold 2); its shares are in %s "
+                "(0600). Give each to a different admin, to keep OFFLINE, then delete the file",
+                row.id,
+                dest,
+            )
+            return
+    print(shares_banner(row.id, row.threshold, shares), file=sys.stdout, flush=True)
     log.warning(
-        "created the cold-store key with 3 shares, threshold 2; the shares are in %s. "
-        "They belong OFFLINE, one per admin: move them off this machine and delete the files "
-        "(anyone holding two can decrypt the cold store)",
-        d,
+        "created cold-store key %d (3 shares, threshold 2); its shares were printed above, "
+        "once, and are stored nowhere",
+        row.id,
     )
 
 
@@ -364,6 +427,7 @@ async def warn_without_key(ctx: AppContext) -> None:
     async with ctx.sessionmaker() as session:
         if await active_key(session) is None:
             log.warning(
-                "no cold-store key: hot data will not be sealed, so it is never deleted. "
-                "Run `selectivity admin init-coldstore --shares N --threshold M` (key ceremony)"
+                "no cold-store key: ingest refuses every batch (503) until one exists, since "
+                "unsealed hot data could never be deleted. Run the key ceremony: "
+                "`selectivity admin init-coldstore --shares N --threshold M`"
             )

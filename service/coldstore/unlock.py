@@ -1,5 +1,6 @@
-"""Break-glass unlock (DESIGN §10): request → M approvals with shares → grant → export of the
-requested range only → expiry or close. Every step and every refusal goes to the audit log."""
+"""Break-glass unlock (docs/ARCHITECTURE.md, "Cold store and break-glass unlock"): request → M
+approvals with shares → grant → export of the requested range only → expiry or close. Every step
+and every refusal goes to the audit log."""
 
 from __future__ import annotations
 
@@ -20,14 +21,10 @@ from service.audit import service as audit
 from service.coldstore import crypto
 from service.coldstore.schemas import ExportFormat, UnlockRequestIn, UnlockRequestOut
 from service.coldstore.service import ExportItem, active_key, read_segment
-from service.coldstore.vault import Grant, Vault
 from service.context import AppContext
 from service.db.models import ColdSegment, ColdStoreKey, Stream, UnlockApproval, UnlockRequest
 from service.errors import Conflict, Forbidden, NotFound, ServiceError, Unavailable, ValidationError
-
-
-def vault_of(ctx: AppContext) -> Vault:
-    return ctx.caches.setdefault("vault", Vault())  # type: ignore[no-any-return]
+from service.vault import Grant, Share
 
 
 async def _refuse(ctx: AppContext, who: Principal, rid: str, err: ServiceError) -> ServiceError:
@@ -127,9 +124,48 @@ async def _load(session: AsyncSession, rid: str, *, for_update: bool = False) ->
 async def _expire_if_due(ctx: AppContext, session: AsyncSession, r: UnlockRequest) -> bool:
     if r.status == "granted" and r.expires_at is not None and r.expires_at <= datetime.now(UTC):
         r.status, r.closed_at = "expired", datetime.now(UTC)
-        vault_of(ctx).wipe(r.id)
+        ctx.vault.wipe(r.id)
         return True
     return False
+
+
+async def _expire_shares(
+    ctx: AppContext, session: AsyncSession, r: UnlockRequest, now: datetime
+) -> int:
+    """A pending request's shares are held ``unlock_share_ttl_seconds`` after submission: older
+    approvals are withdrawn in SQL and their shares wiped from this process's memory. Returns
+    how many were withdrawn."""
+    if r.status != "pending":
+        return 0
+    ctx.vault.drop_expired_shares(now, r.id)
+    cutoff = now - timedelta(seconds=ctx.settings.unlock_share_ttl_seconds)
+    old = list(
+        await session.scalars(
+            select(UnlockApproval.admin_key_id).where(
+                UnlockApproval.request_id == r.id, UnlockApproval.created_at <= cutoff
+            )
+        )
+    )
+    if old:
+        await session.execute(
+            delete(UnlockApproval).where(
+                UnlockApproval.request_id == r.id, UnlockApproval.admin_key_id.in_(old)
+            )
+        )
+        for admin in old:
+            ctx.vault.drop_share(r.id, admin)
+    return len(old)
+
+
+async def _record_expired_shares(ctx: AppContext, rid: str, n: int) -> None:
+    if n:
+        await audit.record(
+            ctx.sessionmaker,
+            actor="system",
+            action="unlock.shares_expired",
+            target=f"unlock:{rid}",
+            detail={"approvals_withdrawn": n, "ttl_seconds": ctx.settings.unlock_share_ttl_seconds},
+        )
 
 
 async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
@@ -139,7 +175,10 @@ async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
         if who.role != "admin" and r.requested_by != who.key_id:
             raise Forbidden("only the requesting analyst or an admin may read this request")
         expired = await _expire_if_due(ctx, session, r)
+        withdrawn = await _expire_shares(ctx, session, r, datetime.now(UTC))
+        await session.flush()
         out = await _out(session, r)
+    await _record_expired_shares(ctx, rid, withdrawn)
     if expired:
         await audit.record(
             ctx.sessionmaker, actor="system", action="unlock.expired", target=f"unlock:{rid}"
@@ -150,7 +189,7 @@ async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
 async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> UnlockRequestOut:
     """One admin's approval with their share. At the key's threshold of distinct admins the
     key is reconstructed, checked, and the grant opens."""
-    vault = vault_of(ctx)
+    vault = ctx.vault
     try:
         crypto.check_share(share)
     except crypto.ShareError as exc:
@@ -158,19 +197,25 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
     note = None
     granted = False
     failure: ServiceError | None = None
+    withdrawn = 0
+    ttl = ctx.settings.unlock_share_ttl_seconds
     async with ctx.sessionmaker() as session, session.begin():
         r = await _load(session, rid, for_update=True)
+        now = datetime.now(UTC)
         if await _expire_if_due(ctx, session, r) or r.status != "pending":
             failure = Conflict(f"unlock request {rid} is {r.status}; approvals are closed")
         else:
             key = await session.get(ColdStoreKey, r.key_id)
             assert key is not None
-            held = vault.pending.setdefault(rid, {})
+            withdrawn = await _expire_shares(ctx, session, r, now)
             approved = list(
                 await session.scalars(
                     select(UnlockApproval.admin_key_id).where(UnlockApproval.request_id == rid)
                 )
             )
+            for admin in [a for a in vault.pending.get(rid, {}) if a not in approved]:
+                vault.drop_share(rid, admin)  # withdrawn by another process (the expiry job)
+            held = vault.pending.setdefault(rid, {})
             lost = [a for a in approved if a not in held]
             if lost:  # approvals whose shares this process no longer holds (a restart)
                 await session.execute(
@@ -182,22 +227,34 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
                     f"{len(lost)} earlier approval(s) were lost with a restart "
                     "and must be resubmitted"
                 )
+            if withdrawn:
+                note = (note + "; " if note else "") + (
+                    f"{withdrawn} earlier approval(s) expired (shares are held {ttl} s) "
+                    "and must be resubmitted"
+                )
             index = crypto.check_share(share)[1]
             if who.key_id in held:
                 failure = Conflict("this admin key has already approved this request")
-            elif any(crypto.check_share(s)[1] == index for s in held.values()):
+            elif any(crypto.check_share(s.value)[1] == index for s in held.values() if s.value):
                 failure = Conflict("this share was already submitted by another admin")
             else:
-                held[who.key_id] = share
-                session.add(UnlockApproval(request_id=rid, admin_key_id=who.key_id))
+                sh = Share(share, now + timedelta(seconds=ttl))
+                # the share leaves memory at its expiry even if nobody calls
+                sh.timer = asyncio.get_running_loop().call_later(
+                    ttl, vault.drop_share, rid, who.key_id, sh
+                )
+                held[who.key_id] = sh
+                session.add(UnlockApproval(request_id=rid, admin_key_id=who.key_id, created_at=now))
                 if len(held) >= key.threshold:
                     try:
                         sk = crypto.combine(
-                            list(held.values()), public_key=key.public_key, tag=key.verification_tag
+                            [s.value for s in held.values() if s.value],
+                            public_key=key.public_key,
+                            tag=key.verification_tag,
                         )
                     except crypto.ShareError as exc:
                         # start over: no partial set survives a failed reconstruction
-                        vault.pending.pop(rid, None)
+                        vault.clear_pending(rid)
                         await session.execute(
                             delete(UnlockApproval).where(UnlockApproval.request_id == rid)
                         )
@@ -207,7 +264,7 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
                             f"share: {exc}; the request's approvals were reset, resubmit shares"
                         )
                     else:
-                        vault.pending.pop(rid, None)
+                        vault.clear_pending(rid)
                         now = datetime.now(UTC)
                         r.status, r.granted_at = "granted", now
                         r.expires_at = now + timedelta(seconds=r.ttl_seconds)
@@ -215,6 +272,7 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
                         granted = True
         await session.flush()
         out = await _out(session, r, note)
+    await _record_expired_shares(ctx, rid, withdrawn)
     if failure is not None:
         raise await _refuse(ctx, who, rid, failure)
     await audit.record(
@@ -240,8 +298,12 @@ async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> U
 
 
 async def expire_grants(*, ctx: AppContext) -> int:
-    """Close every grant past its expiry (and wipe any key this process holds for it)."""
+    """Close every grant past its expiry (and wipe any key this process holds for it), and
+    withdraw every approval of a pending request older than ``unlock_share_ttl_seconds`` (and
+    wipe any such share this process holds: in embedded mode the job runs in the API process;
+    elsewhere the API process's own timers wipe them). Returns the grants closed."""
     now = datetime.now(UTC)
+    cutoff = now - timedelta(seconds=ctx.settings.unlock_share_ttl_seconds)
     async with ctx.sessionmaker() as session, session.begin():
         due = list(
             await session.scalars(
@@ -252,14 +314,33 @@ async def expire_grants(*, ctx: AppContext) -> int:
         )
         for r in due:
             r.status, r.closed_at = "expired", now
-    vault = vault_of(ctx)
+        stale = list(
+            (
+                await session.execute(
+                    select(UnlockApproval.id, UnlockApproval.request_id)
+                    .join(UnlockRequest, UnlockRequest.id == UnlockApproval.request_id)
+                    .where(UnlockRequest.status == "pending", UnlockApproval.created_at <= cutoff)
+                )
+            ).all()
+        )
+        if stale:
+            await session.execute(
+                delete(UnlockApproval).where(UnlockApproval.id.in_([a.id for a in stale]))
+            )
+    vault = ctx.vault
     for rid, grant in list(vault.grants.items()):
         if grant.expires_at <= now:
             vault.wipe(rid)
+    vault.drop_expired_shares(now)
     for r in due:
         await audit.record(
             ctx.sessionmaker, actor="system", action="unlock.expired", target=f"unlock:{r.id}"
         )
+    withdrawn: dict[str, int] = {}
+    for a in stale:
+        withdrawn[a.request_id] = withdrawn.get(a.request_id, 0) + 1
+    for rid, n in withdrawn.items():
+        await _record_expired_shares(ctx, rid, n)
     return len(due)
 
 
@@ -270,7 +351,7 @@ async def close(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOu
             raise Forbidden("only the requesting analyst or an admin may close this request")
         if r.status in ("pending", "granted"):
             r.status, r.closed_at = "closed", datetime.now(UTC)
-        vault_of(ctx).wipe(rid)
+        ctx.vault.wipe(rid)
         out = await _out(session, r)
     await audit.record(
         ctx.sessionmaker, actor=who.key_id, action="unlock.close", target=f"unlock:{rid}"
@@ -309,7 +390,7 @@ async def export(
             if r.requested_by != who.key_id:
                 raise Forbidden("only the analyst who filed the request may export under its grant")
             expired = await _expire_if_due(ctx, session, r)
-            grant = vault_of(ctx).grants.get(rid)
+            grant = ctx.vault.grants.get(rid)
             if expired or r.status != "granted":
                 raise Conflict(f"no open grant: the request is {r.status}")
             if grant is None:

@@ -1,14 +1,19 @@
-"""Privacy accounting of a stream (DESIGN §6): pure functions from stored configuration to
-(ε, δ) and ρ, each with its source.
+"""Privacy accounting of a stream (docs/ARCHITECTURE.md, "Privacy ledger"): pure functions from
+stored configuration to (ε, δ) and ρ, each with its source.
 
 Per observation:
 * count tables: each window's tables are ε-DP (laplace, b = Δ1/ε) or ρ-zCDP (gaussian,
   σ = Δ2/sqrt(2ρ)) with respect to one observation; windows hold disjoint observations, so by
   parallel composition the whole history keeps the per-window guarantee (McSherry 2009, Thm 4).
-* count-table selection: every selection round is ε_sel-DP (exponential mechanism, McSherry &
-  Talwar 2007) and reads the hot period; an observation stays in the hot period for
-  ``hot_windows`` rolls, so it is charged H rounds (sequential composition).
-* the annotation queue linked to the stream, when there is one (none yet).
+* count-table selection: every selection round is ε_sel-DP at every hot-period size
+  (exponential mechanism, McSherry & Talwar 2007, calibrated to the public ``min_records``:
+  ``service.core.selection``) and reads the hot period that just ended; an observation is in it
+  for H = ``hot_windows`` rounds. Only rounds that release picks release anything (the others
+  stop on public facts: no budget, no free slot, no candidate, a stale epoch), and each commits
+  at least one table, so a stream releases at most S = ``max_tables`` − features − 1 rounds
+  (its free slots) over its whole life: an observation is charged min(H, S) rounds
+  (sequential composition), see :func:`selection_rounds`.
+* the annotation queues of record payloads linked to the stream (``service.queues``).
 Composition: basic (sequential) composition of (ε, δ) (Dwork & Roth 2014, Thm 3.16); when the
 tables are Gaussian, also zCDP composition, converting the pure-ε parts by ρ = ε²/2 (Bun &
 Steinke 2016, Prop 1.4) and the sum back to (ε, δ) by CKS 2020, Cor 13.
@@ -16,10 +21,11 @@ Steinke 2016, Prop 1.4) and the sum back to (ε, δ) by CKS 2020, Cor 13.
 Per user (with ``user_key`` and at most c counted observations per user per window): the
 sensitivities already include c, so each window's tables are ε-DP (ρ-zCDP) for a user; a user
 can appear in every window whose tables exist at once — the retention windows plus the hot
-windows — so R + H windows compose sequentially. (DESIGN §4 says R; the H hot windows' tables
-are readable by the same attacker, so they are counted too.) Selection reads at most c·H counted
-observations of a user per round: group privacy (Dwork & Roth 2014, Thm 2.2) multiplies each
-round's ε by c·H.
+windows — so R + H windows compose sequentially. (Not only R: the H hot windows' tables
+are readable by the same attacker, so they are counted too.) Selection reads only counted
+observations, at most c·H of a user per round: group privacy (Dwork & Roth 2014, Thm 2.2)
+multiplies each round's ε by c·H. A user may be in every round, and the picks are kept for the
+stream's life: all S rounds a stream can release compose.
 """
 
 from __future__ import annotations
@@ -119,14 +125,36 @@ def table_part(
     )
 
 
-def selection_part(*, epsilon_selection: float, rounds: int, group: int = 1) -> Part:
+def selection_rounds(
+    *, max_tables: int, features: int, hot_windows: int, per_user: bool
+) -> tuple[int, int]:
+    """(S, rounds charged): S = ``max_tables − features − 1`` free slots (the prior table takes
+    one); a releasing round commits at least one table and no round runs without a free slot,
+    so a stream releases at most S rounds. One observation is read by H of them at most:
+    min(H, S); a user may be in all: S."""
+    slots = max(max_tables - features - 1, 0)
+    return slots, (slots if per_user else min(hot_windows, slots))
+
+
+def selection_part(
+    *,
+    epsilon_selection: float,
+    rounds: int,
+    group: int = 1,
+    parameters: dict[str, float | int | str | None] | None = None,
+) -> Part:
     eps = epsilon_selection * rounds * group
     return Part(
         "table_selection",
         eps,
         0.0,
         rounds * (epsilon_selection * group) ** 2 / 2,
-        {"epsilon_per_round": epsilon_selection, "rounds": rounds, "group_size": group},
+        {
+            "epsilon_per_round": epsilon_selection,
+            "rounds": rounds,
+            "group_size": group,
+            **(parameters or {}),
+        },
         SOURCES["exponential"]
         + "; "
         + SOURCES["basic"]

@@ -1,5 +1,5 @@
 """Count featurization: from rows of feature values to count-table keys, and from count
-estimates to the documented columns (DESIGN §4).
+estimates to the documented columns (docs/ARCHITECTURE.md, "Featurization").
 
 Column names (stable; ``<t>`` is a table name, ``<l>`` a label):
 
@@ -240,7 +240,8 @@ def backoff_threshold(
     *, noise_variance: float, n_windows: int, n_labels: int, sigmas: float
 ) -> float:
     """n̂ below which a key's counts are treated as noise: ``sigmas`` standard deviations of
-    the noise summed over the count period's windows, times sqrt(L) (DESIGN §4)."""
+    the noise summed over the count period's windows, times sqrt(L) (docs/ARCHITECTURE.md,
+    "Featurization")."""
     return sigmas * math.sqrt(max(noise_variance, 0.0) * max(n_windows, 0)) * math.sqrt(n_labels)
 
 

@@ -1,4 +1,5 @@
-"""Differential privacy of β-sampling followed by k-anonymisation (DESIGN §11, §2.5).
+"""Differential privacy of β-sampling followed by k-anonymisation (docs/ARCHITECTURE.md,
+"Annotation queues", and promise 5 of "Threat model and promises").
 
 Li, Qardaji and Su, "On sampling, anonymization, and differential privacy, or,
 k-anonymization meets differential privacy" (ASIACCS 2012; arXiv 1101.2604), Theorem 5:
@@ -12,8 +13,8 @@ fewer than k records) is (ε, δ)-DP for every ε ≥ −ln(1−β), with
 
 The inner sum is the binomial tail P[Bin(n, β) > γn]. The maximum is not always at n_m, so n
 is searched upward until a Chernoff bound on that tail falls below the best tail found:
-every larger n has a smaller tail, so the maximum is known. DESIGN §11 (and ARX's
-``EDDifferentialPrivacy``) use the bound ``exp(−n(γ ln(γ/β) − (γ − β)))``; by default we
+every larger n has a smaller tail, so the maximum is known. ARX's
+``EDDifferentialPrivacy`` uses the bound ``exp(−n(γ ln(γ/β) − (γ − β)))``; by default we
 use the relative-entropy form of the same Chernoff bound, which is never looser and ends the
 search much sooner for β near 1 (``chernoff_rate``); both give the same δ (tested).
 Everything is computed in log space: the tail by scipy's binomial survival function (boost's
@@ -23,12 +24,39 @@ log pmf, so tiny δ are exact too and the stopping rule never waits for a tail o
 δ decreases (weakly) in k and in ε. The inverses are searches: the smallest integer k that
 reaches a target δ at (β, ε) (δ is monotone in k, so bisection is exact) and the largest β
 (δ is not monotone in β: see ``largest_beta``).
+
+**Which j are in the tail, exactly.** Let the class of the added record t hold N records in
+D' = D ∪ {t}; its sampled count is Bin(N, β) under D' and Bin(N−1, β) under D, and a count j ≥ k
+is released. The likelihood ratio of releasing j is (1−β)N / (N−j), which exceeds e^ε iff
+(N−j)·e^ε < (1−β)N, i.e. iff j > γN; at j = γN the ratio is e^ε exactly and the DP inequality
+holds with equality, so that j adds nothing to δ. The sum is over j > γN *strictly*, and
+whether an integer j is above γN is decided exactly (``_Exp``): (N−j)·e^ε against (1−β)N, with
+e^ε bracketed by a correctly rounded ``decimal`` exponential (40 digits, more if needed). The
+inputs are doubles, i.e. rationals, and e^ε is transcendental for rational ε ≠ 0
+(Lindemann–Weierstrass), so the two sides are never equal and the bracket always decides. γn is
+near an integer (within 1e-9 relative, far above the 1e-15 error of the double γn) rarely but
+systematically at the boundary ε = −ln(1−β), where γ = β(2−β) is rational (β = 0.5: γ = 3/4;
+counting j = 3N/4 in the tail over-stated δ by up to 67 %: 0.3125 for 0.1875 at k = 3).
+n_m = ⌈k/γ − 1⌉ is exact by the same comparison: the smallest N with (N+1−k)·e^ε ≥ (1−β)(N+1).
+
+**ε at the boundary.** Theorem 5 needs ε ≥ −ln(1−β). ``covered_epsilon(β)`` is the smallest
+double that is ≥ −ln(1−β), decided exactly as above ((1−β)·e^x ≥ 1). An ε a few rounding errors
+below it is what any double evaluation of −ln(1−β) returns (``-log(1-beta)``, ``-log1p(-beta)``,
+numpy, JavaScript), so it is accepted and read as the boundary: the guarantee is computed and
+reported at ``effective_epsilon`` = max(ε, covered_epsilon(β)), never below what the theorem
+gives. The slack is ``τ(β) = 2^-51·(1 + ε_β)`` (ε_β = covered_epsilon(β)); derivation: fl(1−β)
+= (1−β)(1+η) with |η| ≤ u = 2^-53 moves ln by at most u(1+u); a faithfully rounded log adds at
+most 2u·ε_β; covered_epsilon is at most one ulp (≤ 2u·ε_β) above −ln(1−β); in all
+u + 4u·ε_β + O(u²) ≤ 4u(1 + ε_β) = τ(β). Anything lower is refused: it is not −ln(1−β) rounded.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Context, Decimal
+from fractions import Fraction
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -43,7 +71,9 @@ CHUNK = 4096
 GRID = 33  # β grid of largest_beta
 N_SEARCH_SPAN = 50_000_000  # n past n_m; far above what the bounded inputs need (tested)
 Stopping = Literal["kl", "design"]
-_TIE = 1e-9  # γn within this (relative) of an integer counts as that integer: δ never under-stated
+_NEAR = 1e-9  # γn within this (relative) of an integer: decided exactly (module docstring)
+EPSILON_SLACK = 2.0**-51  # τ(β) = EPSILON_SLACK·(1 + ε_β): the boundary's tolerance (docstring)
+_EXP_DIGITS = (40, 80, 160, 320, 640, 1280)
 
 
 @dataclass(frozen=True)
@@ -61,13 +91,69 @@ class KAnonDelta:
     n_searched: int  # the n where the Chernoff bound stopped the search
 
 
+class _Exp:
+    """e^ε bracketed by rationals, for exact comparisons a·e^ε against c (module docstring)."""
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+        self._bounds: dict[int, tuple[Fraction, Fraction]] = {}
+
+    def bounds(self, digits: int) -> tuple[Fraction, Fraction]:
+        """lo ≤ e^ε ≤ hi: ``decimal``'s exp is correctly rounded to ``digits`` significant
+        digits (half an ulp ≤ ½·10^(1−digits)·E), so E·(1 ± 10^(1−digits)) brackets e^ε."""
+        if digits not in self._bounds:
+            e = Fraction(Context(prec=digits).exp(Decimal(self.epsilon)))
+            slack = e / 10 ** (digits - 1)
+            self._bounds[digits] = (e - slack, e + slack)
+        return self._bounds[digits]
+
+    def sign(self, a: Fraction | int, c: Fraction | int) -> int:
+        """The sign of a·e^ε − c for a ≥ 0; 0 only if a = c = 0 or (never seen) the bracket
+        did not decide at 1280 digits: callers take 0 the way that over-states δ."""
+        if a == 0:
+            return (c < 0) - (c > 0)
+        for digits in _EXP_DIGITS:
+            lo, hi = self.bounds(digits)
+            if a * lo > c:
+                return 1
+            if a * hi < c:
+                return -1
+        return 0  # pragma: no cover - a·e^ε = c needs e^ε rational
+
+
+@lru_cache(maxsize=4096)
+def covered_epsilon(*, beta: float) -> float:
+    """The smallest double ≥ −ln(1−β), the smallest ε Theorem 5 covers: decided exactly,
+    (1−β)·e^x ≥ 1, starting from −log1p(−β) (within an ulp or two)."""
+    one_minus = 1 - Fraction(beta)
+
+    def covers(x: float) -> bool:
+        return _Exp(x).sign(one_minus, 1) > 0
+
+    x = -math.log1p(-beta)
+    while not covers(x):
+        x = math.nextafter(x, math.inf)
+    while covers(down := math.nextafter(x, 0.0)):
+        x = down
+    return x
+
+
 def min_epsilon(*, beta: float) -> float:
-    """The smallest ε Theorem 5 covers: ε ≥ −ln(1−β)."""
-    return -math.log1p(-beta)
+    """The smallest ε accepted at β: ``covered_epsilon`` less the rounding slack τ(β) of a
+    double evaluation of −ln(1−β) (module docstring). An accepted ε below ``covered_epsilon``
+    is read as the boundary: see ``effective_epsilon``."""
+    lo = covered_epsilon(beta=beta)
+    return lo - EPSILON_SLACK * (1.0 + lo)
+
+
+def effective_epsilon(*, beta: float, epsilon: float) -> float:
+    """The ε the guarantee is computed and reported at: max(ε, covered_epsilon(β))."""
+    return max(epsilon, covered_epsilon(beta=beta))
 
 
 def gamma(*, beta: float, epsilon: float) -> float:
-    """γ = (e^ε − 1 + β) / e^ε = 1 − (1−β)e^{−ε}."""
+    """γ = (e^ε − 1 + β) / e^ε = 1 − (1−β)e^{−ε}, as a double (γn is decided exactly near
+    integers: ``_tail_start``)."""
     return -math.expm1(math.log1p(-beta) - epsilon)
 
 
@@ -82,7 +168,7 @@ def check(*, beta: float | None = None, k: int | None = None, epsilon: float | N
             raise ValueError(f"epsilon must be in (0, {EPSILON_MAX}], got {epsilon=}")
         if beta is not None and epsilon < min_epsilon(beta=beta):
             raise ValueError(
-                f"epsilon must be >= -ln(1-beta) = {min_epsilon(beta=beta):.6g} for "
+                f"epsilon must be >= -ln(1-beta) = {covered_epsilon(beta=beta):.6g} for "
                 f"beta={beta} (Li, Qardaji & Su, Thm 5), got {epsilon=}"
             )
 
@@ -140,16 +226,42 @@ def _log_deep_tail(n: np.ndarray, m: np.ndarray, beta: float) -> np.ndarray:
     return np.logaddexp(head, rest)
 
 
-def _tail_start(g: float, n: np.ndarray) -> np.ndarray:
-    """The smallest j with j > γn (ties within rounding count as in the tail)."""
+def _tail_start(g: float, n: np.ndarray, beta: float, exp: _Exp) -> np.ndarray:
+    """The smallest integer j with j > γn, exactly: from the double γn where it is not near an
+    integer, else by comparing (n−m)·e^ε with (1−β)n for the nearest integer m (module
+    docstring); an undecided comparison (never seen) puts m in the tail."""
     gn = g * n
-    return np.floor(gn - _TIE * np.maximum(gn, 1.0)) + 1.0
+    start = np.floor(gn) + 1.0
+    m = np.rint(gn)
+    one_minus = 1 - Fraction(beta)
+    for i in np.flatnonzero(np.abs(gn - m) <= _NEAR * np.maximum(gn, 1.0)).tolist():
+        big_n, mi = int(n[i]), int(m[i])
+        above = exp.sign(big_n - mi, big_n * one_minus) <= 0  # m > γn
+        start[i] = mi if above else mi + 1
+    return start
+
+
+def _n_m(k: int, g: float, beta: float, exp: _Exp) -> int:
+    """n_m = ⌈k/γ − 1⌉, exactly: the smallest N ≥ 1 with γ(N+1) ≥ k, i.e. with
+    (N+1−k)·e^ε ≥ (1−β)(N+1) (a non-positive N+1−k never qualifies: γ < 1)."""
+    one_minus = 1 - Fraction(beta)
+
+    def reaches(big_n: int) -> bool:
+        a = big_n + 1 - k
+        return a > 0 and exp.sign(a, (big_n + 1) * one_minus) > 0
+
+    n = max(math.ceil(k / g - 1), 1)
+    while n > 1 and reaches(n - 1):
+        n -= 1
+    while not reaches(n):
+        n += 1
+    return n
 
 
 def chernoff_rate(*, g: float, beta: float, rule: Stopping = "kl") -> float:
     """The exponent r of a Chernoff bound P[Bin(n, β) ≥ γn] ≤ exp(−n·r), for γ > β.
 
-    ``design``: r = γ ln(γ/β) − (γ − β), the rule of DESIGN §11 and ARX.
+    ``design``: r = γ ln(γ/β) − (γ − β), the rule of ARX (and of the first design, hence the name).
     ``kl``: r = D(γ‖β) = γ ln(γ/β) + (1−γ) ln((1−γ)/(1−β)), the Chernoff–Hoeffding bound
     itself. Since ln x ≥ 1 − 1/x, (1−γ) ln((1−γ)/(1−β)) ≥ β − γ, so the ``kl`` exponent is
     at least the ``design`` one: its bound is tighter, equally valid, and stops the search at
@@ -162,10 +274,13 @@ def chernoff_rate(*, g: float, beta: float, rule: Stopping = "kl") -> float:
 
 
 def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> KAnonDelta:
-    """δ(k, β, ε) of Theorem 5 (module docstring)."""
+    """δ(k, β, ε) of Theorem 5 (module docstring), at ``effective_epsilon`` (reported as the
+    result's ``epsilon``)."""
     check(beta=beta, k=k, epsilon=epsilon)
+    epsilon = effective_epsilon(beta=beta, epsilon=epsilon)
     g = gamma(beta=beta, epsilon=epsilon)
-    n_m = max(math.ceil(k / g - 1 - _TIE), 1)
+    exp = _Exp(epsilon)
+    n_m = _n_m(k, g, beta, exp)
     # P[X > γn] ≤ exp(−n·rate), decreasing in n: γ > β whenever ε > 0.
     rate = chernoff_rate(g=g, beta=beta, rule=stopping)
     best, n_best = -math.inf, n_m
@@ -174,7 +289,7 @@ def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> 
     size = 64
     while lo <= stop:
         n = np.arange(lo, min(lo + size, stop + 1), dtype=np.float64)
-        logs = log_binom_tail(n, _tail_start(g, n), beta, below=best)
+        logs = log_binom_tail(n, _tail_start(g, n, beta, exp), beta, below=best)
         i = int(np.argmax(logs))
         if logs[i] > best:
             best, n_best = float(logs[i]), int(n[i])
@@ -253,10 +368,12 @@ def largest_beta(
     if cap < BETA_MIN:
         raise ValueError(
             f"epsilon={epsilon} is below -ln(1-beta) for every beta >= {BETA_MIN}; "
-            f"it must be at least {min_epsilon(beta=BETA_MIN):.3g}"
+            f"it must be at least {covered_epsilon(beta=BETA_MIN):.3g}"
         )
-    # 1 − e^{−ε} in floating point may sit a rounding error above the exact bound
-    while cap > BETA_MIN and epsilon < min_epsilon(beta=cap):
+    # 1 − e^{−ε} in floating point may sit a rounding error above the exact bound: the cap is
+    # the largest double β with (1−β)·e^ε ≥ 1, so ε itself is covered there (no slack used)
+    exp = _Exp(epsilon)
+    while cap > BETA_MIN and exp.sign(1 - Fraction(cap), 1) <= 0:
         cap = math.nextafter(cap, 0.0)
 
     def at(b: float) -> KAnonDelta:

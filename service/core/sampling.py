@@ -1,4 +1,5 @@
-"""The annotation queue's pre-sampling and canonical forms (DESIGN §11.1–2).
+"""The annotation queue's pre-sampling and canonical forms
+(docs/ARCHITECTURE.md, "Annotation queues", steps 1–2).
 
 Sampling draws from the operating system's CSPRNG (``os.urandom``), never a seeded PRNG: the
 (ε, δ) guarantee of Li, Qardaji and Su assumes the attacker cannot predict which records were

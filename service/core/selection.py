@@ -1,8 +1,9 @@
-"""Differentially private count-table selection (DESIGN §5): pure numpy, no I/O.
+"""Differentially private count-table selection (docs/ARCHITECTURE.md, "Count-table selection"):
+pure numpy, no I/O.
 
 On each roll a worker scores candidate feature groups on the hot-period data and picks up to
 ``groups_per_round`` of them with the exponential mechanism; the picked groups get count tables
-from the next window on.
+from the window after next on (the next one may be prepared already: ``service.selection``).
 
 Scores
 ------
@@ -67,6 +68,35 @@ with ``c1 <= c2``, ``c1 <= a1 <= a2 <= m`` and ``d := c2 − c1 <= a2 − a1``. 
 ``(x2, f0, y0)`` plus ``(x2, f1, y1)``).  A minimum over bases keeps the bound
 (``|min u − min u'| <= max |u − u'|``), and so does clipping at 0.
 
+Public calibration: ``min_records`` placeholder records (issue 12, item 6)
+------------------------------------------------------------------------
+The bound ``g`` depends on the record count, and the hot period's count ``n`` is not public
+(one record more moves it): a scale computed from ``n`` would leak part of ε every round, and so
+would skipping rounds on ``n``.  A round therefore scores ``D* = D ∪ P``, the hot period ``D``
+plus ``N = min_records`` placeholder records ``P`` that are public and fixed, each holding in
+every feature a value ``⊥`` no real record has (any labels):
+
+* ``D*`` has ``n* = n + N >= N`` records, and neighbours of ``D`` (one real record added or
+  removed) give neighbours of ``D*``; every score on ``D*`` therefore moves by at most
+  ``mi_sensitivity(n*) <= mi_sensitivity(N)`` (non-increasing, tested) whatever ``n``, ``0``
+  included.  The Gumbel scale ``2k·gain_sensitivity(N)/ε`` is fixed by configuration and the
+  round is ε-DP at every hot-period size: nothing about ``n`` is used but the data itself.
+* ``P`` need not be built.  By the chain rule of the plug-in MI,
+  ``Î(t ∪ {f}; Y) − Î(t; Y) = Σ_τ (n*_τ/n*) · Î(f; Y | t = τ)`` over the cells ``τ`` of ``t``.
+  The placeholders' cell ``(⊥, …, ⊥)`` holds them alone, with ``f = ⊥`` throughout: it adds 0.
+  Every other cell holds real records only, weighted ``n_τ/n* = (n/n*)·(n_τ/n)``.  Hence
+  ``gain_{D*} = n/(n+N) · gain_D`` for every base, and the minimum over bases and the clip at 0
+  commute with that positive factor:  ``score(G) = n/(n+N) · gain(G)``  (the test checks it
+  against materialised placeholders, and the bound by brute force over small ``n``, ``N``).
+* Cost: scores shrink by ``n/(n+N)`` and the noise is that of ``N`` records.  Against the
+  (non-private) calibration at ``n``, the noise relative to a gain grows by
+  ``mi_sensitivity(N)·(n+N) / (n·mi_sensitivity(n))``: 2 at ``N = n``, about 1.3–1.6 for
+  ``N`` from ``n·log n`` to ``100·n``, but about 8 at ``N = n/10``; ``min_records`` is best set
+  near or above the usual hot-period size.
+* No round is skipped for lack of records: the skip would be a data-dependent release (the
+  epochs of the picks show it) in every epoch until the free slots are used, with no bound
+  over a stream's life.  A small hot period gives scores near 0 and nearly uniform picks.
+
 Selection (exponential mechanism, Gumbel report-noisy-max)
 ----------------------------------------------------------
 The exponential mechanism (McSherry & Talwar, FOCS 2007) with score sensitivity ``Δ`` picks ``i``
@@ -85,8 +115,7 @@ What is private
 Only the picked GROUPS (and their order) are ε-DP outputs.  A :class:`Candidate`'s ``base`` and
 ``feature`` are chosen without looking at data (the first base in sorted order), but its
 ``gain`` is the EXACT score on hot data: it must never be stored, logged or returned by an API.
-The sensitivity is calibrated to ``n``, the number of hot-period records, which is thereby
-treated as public unless a public lower bound (``min_records``) is used instead.
+The sensitivity is calibrated to the public ``min_records``, never to the hot period's count.
 Floating-point caveat: Gumbel noise is a float64 transform of 52 uniform CSPRNG bits, not an
 exact sampler; the tiny deviation from the ideal mechanism is not accounted for (Ilvento, CCS
 2020, "Implementing the exponential mechanism with base-2 differential privacy", gives an exact
@@ -104,7 +133,7 @@ import math
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -116,6 +145,7 @@ __all__ = [
     "gain_sensitivity",
     "group_codes",
     "mi_sensitivity",
+    "padded_weight",
     "score_candidates",
     "select",
     "select_round",
@@ -458,6 +488,14 @@ def select(
     return [candidates[int(i)] for i in order]
 
 
+def padded_weight(*, n: int, min_records: int) -> float:
+    """``n/(n + N)``: the factor by which ``N = min_records`` placeholder records scale every
+    gain of a hot period of ``n`` records (module docstring, "Public calibration")."""
+    n = _check_int("n", n, minimum=0)
+    min_records = _check_int("min_records", min_records, minimum=1)
+    return n / (n + min_records)
+
+
 def select_round(
     *,
     columns: Mapping[str, np.ndarray],
@@ -467,23 +505,26 @@ def select_round(
     max_tables: int,
     groups_per_round: int,
     epsilon: float,
+    min_records: int,
     gumbel: GumbelSource | None = None,
-    min_records: int | None = None,
 ) -> list[Candidate]:
-    """One selection round (DESIGN §5): the new groups to count from the next window on.
+    """One selection round (docs/ARCHITECTURE.md, "Count-table selection"): the new groups to
+    count (from the window after next on: ``service.selection``).
 
     Picks ``k = min(groups_per_round, max_tables − len(tables) − 1)`` (the prior table counts)
-    groups from :func:`score_candidates` with :func:`select` at sensitivity
-    :func:`gain_sensitivity` ``(n, n_labels)``; ε-DP for every hot-period record.  ``n`` is
-    ``len(labels)``, i.e. the hot-period size is treated as public, unless ``min_records``, a
-    public lower bound on it, is given (the bound is non-increasing in n).  Returns ``[]``
-    when there is no room, ``epsilon == 0`` or no candidate.  Only the returned GROUPS are
-    private outputs; ``gain`` is exact and must stay in the worker.
+    groups from :func:`score_candidates` with :func:`select`, each scored on the hot period plus
+    ``min_records`` public placeholder records: ``score = n/(n + min_records) · gain``
+    (:func:`padded_weight`) at sensitivity :func:`gain_sensitivity` ``(min_records, n_labels)``
+    (module docstring, "Public calibration"). ε-DP for every hot-period record at every size
+    ``n = len(labels)``, 0 included; the noise scale does not depend on ``n``. Returns ``[]``
+    when there is no room, ``epsilon == 0`` or no candidate. Only the returned GROUPS are
+    private outputs; their ``gain`` is the exact gain (unweighted) and must stay in the worker.
     """
     max_tables = _check_int("max_tables", max_tables, minimum=1)
     groups_per_round = _check_int("groups_per_round", groups_per_round, minimum=0)
     eps = _check_epsilon(epsilon)
     n_labels = _check_int("n_labels", n_labels, minimum=1)
+    min_records = _check_int("min_records", min_records, minimum=1)
     room = max_tables - len(tables) - 1
     if room < 0:
         raise ValueError(
@@ -491,19 +532,14 @@ def select_round(
             "calibrated to max_tables would no longer cover them"
         )
     y = _labels(labels, n_labels)
-    n = y.size
-    if min_records is not None:
-        min_records = _check_int("min_records", min_records, minimum=1)
-        if min_records > n:
-            raise ValueError(f"min_records={min_records} exceeds the {n} hot-period records")
-        n = min_records
     picks = min(groups_per_round, room)
     if eps == 0 or picks == 0:
         _normalise_tables(tables, columns)  # still reject malformed input
         return []
     candidates = score_candidates(columns=columns, labels=y, n_labels=n_labels, tables=tables)
-    # n = 0: all gains are 0 and any positive sensitivity is valid; use the bound at n = 1.
-    sensitivity = gain_sensitivity(n=max(n, 1), n_labels=n_labels)
-    return select(
-        candidates=candidates, k=picks, epsilon=eps, sensitivity=sensitivity, gumbel=gumbel
-    )
+    weight = padded_weight(n=y.size, min_records=min_records)
+    scored = [replace(c, gain=weight * c.gain) for c in candidates]
+    sensitivity = gain_sensitivity(n=min_records, n_labels=n_labels)
+    picked = select(candidates=scored, k=picks, epsilon=eps, sensitivity=sensitivity, gumbel=gumbel)
+    exact = {c.group: c for c in candidates}
+    return [exact[c.group] for c in picked]

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from service.core import cells as cell_codec
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_WIDTH",
@@ -69,8 +71,6 @@ MAX_WIDTH = 2**24
 MAX_DEPTH = 16
 _PERSON = b"selectivity-cms"
 _MAX_SEED_BYTES = hashlib.blake2b.MAX_KEY_SIZE  # 64
-_INT32_MIN = -(2**31)
-_INT32_MAX = 2**31 - 1
 
 
 def _is_int(value: object) -> bool:
@@ -532,26 +532,25 @@ class CountMedianSketch:
         return estimate(self._cells, buckets, signs, self._spec)
 
     def to_bytes(self) -> bytes:
-        """Big-endian int32 (``'>i4'``) cells in ``[label][row][bucket]`` order.
+        """The stored cell encoding (``service.core.cells``) in ``[label][row][bucket]`` order.
 
         Raises ``ValueError`` if a cell does not fit in int32.
         """
         c = self._cells
-        if c.size and (c.min() < _INT32_MIN or c.max() > _INT32_MAX):
+        if c.size and (c.min() < cell_codec.INT32_MIN or c.max() > cell_codec.INT32_MAX):
             raise ValueError("a cell value does not fit in int32; cannot serialise")
-        return c.astype(">i4").tobytes()
+        return cell_codec.encode(c)
 
     @classmethod
     def from_bytes(
         cls, data: bytes, spec: SketchSpec, *, seed: bytes, table: str
     ) -> CountMedianSketch:
-        """Inverse of :meth:`to_bytes`: ``np.frombuffer(data, '>i4')`` of length ``spec.cells``."""
+        """Inverse of :meth:`to_bytes` (``spec.cells`` cells)."""
         if len(data) != 4 * spec.cells:
             raise ValueError(
                 f"data must be 4 * spec.cells = {4 * spec.cells} bytes, got {len(data)}"
             )
-        cells = np.frombuffer(data, dtype=">i4").astype(np.int64)
-        return cls(spec, seed=seed, table=table, cells=cells)
+        return cls(spec, seed=seed, table=table, cells=cell_codec.decode(data))
 
     def __repr__(self) -> str:
         return f"CountMedianSketch({self._spec!r}, table={self._table!r})"

@@ -1,4 +1,4 @@
-"""SQL schema: what changes slowly and must be queried (DESIGN §7)."""
+"""SQL schema: what changes slowly and must be queried (docs/ARCHITECTURE.md, "Storage")."""
 
 from __future__ import annotations
 
@@ -95,7 +95,6 @@ class Window(Base):
     stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
     epoch: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="open")
-    observations: Mapped[int | None] = mapped_column(Integer, default=None)
     opened_at: Mapped[datetime] = mapped_column(default=utcnow)
     closed_at: Mapped[datetime | None] = mapped_column(default=None)
     counted_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -104,6 +103,25 @@ class Window(Base):
     hot_deleted_at: Mapped[datetime | None] = mapped_column(default=None)
     # the seal job's checkpoint: the last hot-stream entry id written to a verified segment
     seal_cursor: Mapped[str | None] = mapped_column(String(40), default=None)
+
+
+class FollowUp(Base):
+    """Work a roll leaves to the worker (a transactional outbox): one row per (stream, epoch,
+    kind), written in the roll's own commit, done by the keyed job of that name
+    (``workers.jobs``), and re-enqueued by the scheduler tick until ``done_at`` is set, so a
+    crash at any line loses none of it. Kinds: ``service.lifecycle.followups.KINDS``."""
+
+    __tablename__ = "follow_up"
+    __table_args__ = (UniqueConstraint("stream_id", "epoch", "kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    done_at: Mapped[datetime | None] = mapped_column(default=None, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
 
 class CountTable(Base):
@@ -130,7 +148,8 @@ class CountTable(Base):
 
 class Model(Base):
     """A registered model of a stream. ``trained_epoch`` is the newest epoch it reported (or
-    fetched the train set at); ``stale_since`` is when a roll left it behind (DESIGN §9)."""
+    fetched the train set at); ``stale_since`` is when a roll left it behind
+    (docs/ARCHITECTURE.md, "Models and forced retraining")."""
 
     __tablename__ = "model"
     __table_args__ = (UniqueConstraint("stream_id", "name"),)
@@ -173,8 +192,10 @@ class WebhookDelivery(Base):
 
 
 class ReferenceModel(Base):
-    """The stream's reference LightGBM model of one epoch (trained by the worker) and, once
-    the epoch is over, its quality on the observations that arrived during it."""
+    """The stream's reference LightGBM model of one epoch (trained by the worker) and its
+    quality on a temporal holdout of its train set. The model holds raw values and every
+    number here is an exact function of hot rows: the row lives during its epoch only
+    (deleted by ``lifecycle.expire`` at the next roll)."""
 
     __tablename__ = "reference_model"
     __table_args__ = (UniqueConstraint("stream_id", "epoch"),)
@@ -196,7 +217,8 @@ class ReferenceModel(Base):
 
 class ColdStoreKey(Base):
     """A cold-store key pair: only the X25519 public key and a verification tag of the private
-    key are stored; the private key exists only as SLIP-39 shares held by admins (DESIGN §10).
+    key are stored; the private key exists only as SLIP-39 shares held by admins
+    (docs/ARCHITECTURE.md, "Cold store and break-glass unlock").
     The newest active key seals new segments; retired keys still open the segments sealed to
     them."""
 
@@ -235,7 +257,8 @@ class ColdSegment(Base):
 class UnlockRequest(Base):
     """An analyst's break-glass request for a stream's raw data, its approvals and its grant.
     Shares are never stored: approvals record who approved; the shares themselves wait in the
-    API process's memory until the threshold is reached (DESIGN §10)."""
+    API process's memory until the threshold is reached
+    (docs/ARCHITECTURE.md, "Cold store and break-glass unlock")."""
 
     __tablename__ = "unlock_request"
 
@@ -269,8 +292,10 @@ class UnlockApproval(Base):
 
 
 class AuditEntry(Base):
-    """The hash-chained audit log: ``hash = SHA-256(prev_hash || canonical JSON of the entry)``;
-    ``seq`` is assigned by the service under a lock, dense from 1."""
+    """The keyed hash chain of the audit log (``service.audit.service``): ``hash`` is
+    ``HMAC-SHA256(audit key, prev_hash || canonical JSON of the entry)`` for ``key_version``
+    1, plain ``SHA-256(prev_hash || …)`` for entries written before the key (0); ``seq`` is
+    assigned by the service under a lock, dense from 1."""
 
     __tablename__ = "audit_log"
 
@@ -282,14 +307,16 @@ class AuditEntry(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
     prev_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
     hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+    key_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class AnnotationQueue(Base):
-    """An annotation queue (DESIGN §11): β, k, labels, payload kind and the rest in ``config``.
-    ``secret`` keys the HMAC that names candidates in the sketch, the HyperLogLog and the
-    exact counts, so Redis never holds a raw candidate before its release. (It is beside the
-    queue here: an attacker with SQL as well as Redis could test guesses, but a copy of Redis
-    alone, or of its persistence files, reveals only keyed digests.)"""
+    """An annotation queue (docs/ARCHITECTURE.md, "Annotation queues"): β, k, labels, payload
+    kind and the rest in ``config``.
+    ``secret`` keys the HMAC that names candidates in the open release period's counts, so
+    Redis never holds a raw candidate below k. (It is beside the queue here: an attacker with
+    SQL as well as Redis could test guessed candidates against the open period's counts, but a
+    copy of Redis alone, or of its persistence files, reveals only keyed digests.)"""
 
     __tablename__ = "annotation_queue"
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.ingest.schemas import Scalar
+from service.core.streamconfig import Scalar
 
 
 class FeaturizeIn(BaseModel):

@@ -1,4 +1,4 @@
-"""Ingest bodies (DESIGN §12.1)."""
+"""Ingest bodies (docs/ARCHITECTURE.md, "Data path")."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Scalar = str | int | float | bool | None
+from service.core.streamconfig import Scalar
 
 
 class ObservationIn(BaseModel):

@@ -1,4 +1,5 @@
--- Count a run of a window's hot-stream entries into its tables, exactly once (DESIGN §4, §7):
+-- Count a run of a window's hot-stream entries into its tables, exactly once
+-- (docs/ARCHITECTURE.md, "Data path", "Count tables"):
 -- a compare-and-set on the window's counting checkpoint (meta field 'counted': the id of the
 -- last entry counted; absent before the first), then every cell increment, the per-user
 -- counters (streams with a user key) and the new checkpoint, all in one script.

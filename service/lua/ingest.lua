@@ -1,4 +1,5 @@
--- Accept one ingest batch into one (stream, window), atomically (DESIGN §7): the window must
+-- Accept one ingest batch into one (stream, window), atomically
+-- (docs/ARCHITECTURE.md, "Data path"): the window must
 -- still be open and the idempotency key new; the raw rows are appended to the window's hot
 -- stream. Counting them into the window's tables is done apart, by count.lua (the counting
 -- job reads the hot stream from its checkpoint), so a batch costs Redis one XADD per row.

@@ -1,100 +1,35 @@
--- Apply the sampled candidates of one batch to an annotation queue (DESIGN §11.2-3), atomically.
--- Only candidates kept by β-sampling reach this script; each is named by its keyed digest.
--- KEYS[1] HyperLogLog, KEYS[2] Count-Mean-Min cells (u32, row after row), KEYS[3] row totals
--- (hash: row -> N_i), KEYS[4] exact counts of flagged keys (hash: digest -> count), KEYS[5]
--- released digests (set), KEYS[6] pool (zset: task id -> uncertainty), KEYS[7] scores (hash:
--- task id -> uncertainty), KEYS[8] released payloads (hash: task id -> JSON), KEYS[9] stats.
--- ARGV[1] k, ARGV[2] width, ARGV[3] depth, ARGV[4] received (all candidates of the batch, for
--- the stats), ARGV[5] n sampled; then per candidate: digest, depth cells, uncertainty, task id,
--- payload JSON.
--- A key is flagged when its Count-Mean-Min estimate reaches k (rounded); from then on its
--- occurrences are counted exactly, and it is released when that exact count reaches k: so a
--- released key has at least k sampled occurrences whatever the sketch says. The payload of
--- the releasing candidate becomes the task; nothing else of a candidate is kept.
--- Returns the released task ids.
+-- Count the sampled candidates of one batch into the open release period of an annotation
+-- queue, atomically (docs/ARCHITECTURE.md, "Annotation queues", steps 2-3).
+-- Only candidates kept by β-sampling reach this script. Each belongs to a class (its key, and
+-- for client-scored queues its uncertainty bucket), named by the keyed digest of its canonical
+-- form; below k nothing else of a candidate is kept. Periods are counted apart: a class is
+-- ready when k of its sampled candidates arrived in one period, whatever other classes or
+-- other periods hold, and is released with the period (queue_release.lua).
+-- KEYS[1] stats (hash), KEYS[2] closed (string: the last period closed for release), KEYS[3]
+-- periods (zset: periods holding counts), KEYS[4] released keys (set of key digests), KEYS[5]
+-- the period's counts (hash: class -> sampled occurrences), KEYS[6] the period's ready classes
+-- (hash: class -> release blob).
+-- ARGV[1] k, ARGV[2] received (every candidate of the batch, for the stats), ARGV[3] period,
+-- ARGV[4] n sampled; then per sampled candidate: key digest, class, release blob.
+-- Returns {'closed', last closed period} when the period is closed already (nothing written:
+-- the caller counts the batch into a later period) or {'ok'}.
+local period = tonumber(ARGV[3])
+local closed = tonumber(redis.call('GET', KEYS[2]) or '-1')
+if period <= closed then
+  return {'closed', closed}
+end
 local k = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local d = tonumber(ARGV[3])
-local n = tonumber(ARGV[5])
-redis.call('HINCRBY', KEYS[9], 'received', tonumber(ARGV[4]))
-if n > 0 then
-  redis.call('HINCRBY', KEYS[9], 'sampled', n)
-end
-local released = {}
-local pos = 6
+local n = tonumber(ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'received', tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[3])
+local pos = 5
 for _ = 1, n do
-  local digest = ARGV[pos]
-  local get = {}
-  local offs = {}
-  for i = 1, d do
-    offs[i] = (i - 1) * w + tonumber(ARGV[pos + i])
-    get[#get + 1] = 'GET'
-    get[#get + 1] = 'u32'
-    get[#get + 1] = '#' .. offs[i]
-  end
-  local uncertainty = ARGV[pos + d + 1]
-  local task = ARGV[pos + d + 2]
-  local payload = ARGV[pos + d + 3]
-  pos = pos + d + 4
-  redis.call('PFADD', KEYS[1], digest)
-  -- conservative update: raise only the cells below min + 1
-  local c = redis.call('BITFIELD', KEYS[2], unpack(get))
-  local lo = c[1]
-  for i = 2, d do
-    if c[i] < lo then lo = c[i] end
-  end
-  local set = {}
-  for i = 1, d do
-    if c[i] < lo + 1 then
-      set[#set + 1] = 'SET'
-      set[#set + 1] = 'u32'
-      set[#set + 1] = '#' .. offs[i]
-      set[#set + 1] = lo + 1
-      redis.call('HINCRBY', KEYS[3], i - 1, lo + 1 - c[i])
-      c[i] = lo + 1
-    end
-  end
-  if #set > 0 then
-    redis.call('BITFIELD', KEYS[2], unpack(set))
-  end
-  if redis.call('SISMEMBER', KEYS[5], digest) == 0 then
-    local exact = redis.call('HGET', KEYS[4], digest)
-    if exact then
-      exact = redis.call('HINCRBY', KEYS[4], digest, 1)
-    else
-      -- Count-Mean-Min: r_i = c_i - (N_i - c_i)/(w - 1); clamp(median, 0, min c_i)
-      local fields = {}
-      for i = 1, d do fields[i] = i - 1 end
-      local totals = redis.call('HMGET', KEYS[3], unpack(fields))
-      local r = {}
-      local cmin = c[1]
-      for i = 1, d do
-        r[i] = c[i] - ((tonumber(totals[i]) or 0) - c[i]) / (w - 1)
-        if c[i] < cmin then cmin = c[i] end
-      end
-      table.sort(r)
-      local med
-      if d % 2 == 1 then
-        med = r[(d + 1) / 2]
-      else
-        med = (r[d / 2] + r[d / 2 + 1]) / 2
-      end
-      if med < 0 then med = 0 end
-      if med > cmin then med = cmin end
-      if med >= k - 0.5 then
-        redis.call('HSET', KEYS[4], digest, 1)
-        exact = 1
-      end
-    end
-    if exact and exact >= k then
-      redis.call('SADD', KEYS[5], digest)
-      redis.call('HDEL', KEYS[4], digest)
-      redis.call('ZADD', KEYS[6], uncertainty, task)
-      redis.call('HSET', KEYS[7], task, uncertainty)
-      redis.call('HSET', KEYS[8], task, payload)
-      redis.call('HINCRBY', KEYS[9], 'released', 1)
-      released[#released + 1] = task
+  local key, class, blob = ARGV[pos], ARGV[pos + 1], ARGV[pos + 2]
+  pos = pos + 3
+  if redis.call('SISMEMBER', KEYS[4], key) == 0 then
+    if redis.call('HINCRBY', KEYS[5], class, 1) == k then
+      redis.call('HSET', KEYS[6], class, blob)
     end
   end
 end
-return released
+return {'ok'}

@@ -1,4 +1,5 @@
--- Lease the most uncertain tasks of an annotation queue to one annotator (DESIGN §11.4),
+-- Lease the most uncertain tasks of an annotation queue to one annotator
+-- (docs/ARCHITECTURE.md, "Annotation queues", step 4),
 -- atomically, so two annotators never hold the same task. Expired leases go back to the pool
 -- first.
 -- KEYS[1] pool (zset: task id -> uncertainty), KEYS[2] leases (zset: task id -> expiry, ms),

@@ -1,4 +1,5 @@
--- One annotator's action on a leased task (DESIGN §11.4): heartbeat, skip or label. Atomic.
+-- One annotator's action on a leased task: heartbeat, skip or label. Atomic.
+-- (docs/ARCHITECTURE.md, "Annotation queues", step 4.)
 -- KEYS[1] pool, KEYS[2] leases, KEYS[3] owners, KEYS[4] scores, KEYS[5] payloads, KEYS[6]
 -- labelled (hash: task id -> label), KEYS[7] stats, KEYS[8] the annotator's skipped set.
 -- ARGV[1] action, ARGV[2] task id, ARGV[3] annotator, ARGV[4] now (ms), ARGV[5] lease TTL

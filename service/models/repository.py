@@ -75,3 +75,28 @@ async def deliveries(session: AsyncSession, model_id: str) -> Sequence[WebhookDe
         .order_by(WebhookDelivery.id)
     )
     return (await session.execute(stmt)).scalars().all()
+
+
+async def roll_events(
+    session: AsyncSession, stream_id: int, epoch: int, kind: str
+) -> list[StreamEvent]:
+    """The events of ``kind`` that the roll to ``epoch`` wrote."""
+    stmt = (
+        select(StreamEvent)
+        .where(StreamEvent.stream_id == stream_id, StreamEvent.kind == kind)
+        .order_by(StreamEvent.id.desc())
+        .limit(100)
+    )
+    return [
+        e for e in (await session.execute(stmt)).scalars().all() if e.data.get("epoch") == epoch
+    ]
+
+
+async def delivered(session: AsyncSession, event_id: int) -> set[str]:
+    """Models that acknowledged event ``event_id`` (a 2xx answer to one attempt)."""
+    stmt = select(WebhookDelivery.model_id).where(
+        WebhookDelivery.event_id == event_id,
+        WebhookDelivery.status_code >= 200,
+        WebhookDelivery.status_code < 300,
+    )
+    return set((await session.execute(stmt)).scalars().all())

@@ -1,5 +1,6 @@
-"""Models never outlive their data (DESIGN §9): the registry, staleness on roll, retrain
-events (SSE) and signed webhooks, and the refusal of stale models past their grace period."""
+"""Models never outlive their data (docs/ARCHITECTURE.md, "Models and forced retraining"): the
+registry, staleness on roll, retrain events (SSE) and signed webhooks, and the refusal of stale
+models past their grace period."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ async def report_trained(
         model.trained_epoch, model.trained_at = epoch, now
     if model.trained_epoch >= stream.epoch:
         model.stale_since = None
-    ctx.caches.get("model_status", {}).pop(model.id, None)
+    ctx.caches.model_status.pop(model.id, None)
     return _out(model, stream, now)
 
 
@@ -141,9 +142,7 @@ async def record_trainset(*, ctx: AppContext, name: str, model_id: str, epoch: i
 
 async def check_serving(*, ctx: AppContext, name: str, model_id: str) -> None:
     """Raise RetrainRequired for a model past its grace period (cached for a second)."""
-    cache: dict[str, tuple[float, str, ModelStatus, int]] = ctx.caches.setdefault(
-        "model_status", {}
-    )
+    cache = ctx.caches.model_status
     hit = cache.get(model_id)
     mono = time.monotonic()
     if hit is None or mono - hit[0] > STATUS_CACHE_SECONDS or hit[1] != name:
@@ -163,7 +162,8 @@ async def record_roll(
     *, session: AsyncSession, stream: Stream, epoch: int, now: datetime
 ) -> list[int]:
     """Inside the roll's own transaction: models left behind become stale, and the roll and
-    retrain events are written. Returns the ids of events to deliver by webhook."""
+    retrain events are written. Returns the ids of events to deliver by webhook (the roll's
+    ``models_notify`` follow-up delivers them: ``notify_roll``)."""
     stale = await repository.mark_stale(session, stream.id, epoch, now)
     grace = int(stream.config.get("retrain_grace_seconds", 3600))
     await repository.add_event(
@@ -197,24 +197,23 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def dispatch(ctx: AppContext, event_ids: list[int]) -> None:
-    """Deliver events to the webhooks of the models they name, in the background: retries with
-    exponential backoff, every attempt recorded; never blocks the caller (a roll)."""
-    if not event_ids:
-        return
-    ctx.spawn(_deliver_all(ctx, event_ids))
-
-
-async def _deliver_all(ctx: AppContext, event_ids: list[int]) -> None:
+async def notify_roll(*, ctx: AppContext, stream_id: int, epoch: int) -> dict[str, int]:
+    """Deliver the retrain events of the roll to ``epoch`` to the webhooks of the models they
+    name: retries with exponential backoff, every attempt recorded. Idempotent: a model that
+    acknowledged an event (2xx) is not sent it again, so a rerun after a crash delivers only
+    what was not acknowledged (at least once, as webhooks are)."""
+    jobs = []
     async with ctx.sessionmaker() as session:
-        jobs = []
-        for eid in event_ids:
-            event = await session.get(StreamEvent, eid)
-            if event is None:
-                continue
+        for event in await repository.roll_events(session, stream_id, epoch, "retrain_required"):
+            done = await repository.delivered(session, event.id)
             for mid in event.data.get("models", []):
                 model = await session.get(Model, mid)
-                if model is not None and model.webhook_url and model.webhook_secret:
+                if (
+                    model is not None
+                    and model.webhook_url
+                    and model.webhook_secret
+                    and model.id not in done
+                ):
                     jobs.append(
                         (
                             event.id,
@@ -225,8 +224,11 @@ async def _deliver_all(ctx: AppContext, event_ids: list[int]) -> None:
                             model.webhook_secret,
                         )
                     )
+    if not jobs:
+        return {"delivered": 0, "failed": 0}
     async with httpx.AsyncClient(timeout=ctx.settings.webhook_timeout_seconds) as client:
-        await asyncio.gather(*[_deliver(ctx, client, *job) for job in jobs])
+        results = await asyncio.gather(*[_deliver(ctx, client, *job) for job in jobs])
+    return {"delivered": sum(results), "failed": len(results) - sum(results)}
 
 
 async def _deliver(

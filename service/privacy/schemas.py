@@ -1,4 +1,5 @@
-"""Bodies of the (β, k) ↔ (ε, δ) calculator (DESIGN §11, §12.1). Every input is bounded."""
+"""Bodies of the (β, k) ↔ (ε, δ) calculator (docs/ARCHITECTURE.md, "Annotation queues"). Every
+input is bounded."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The privacy ledger of a stream (DESIGN §6): every number recomputable from the stored
-configuration, by ``service.core.accounting``."""
+"""The privacy ledger of a stream (docs/ARCHITECTURE.md, "Privacy ledger"): every number
+recomputable from the stored configuration, by ``service.core.accounting``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,20 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core import kanon
-from service.core.accounting import SOURCES, Guarantee, Part, compose, selection_part, table_part
+from service.core.accounting import (
+    SOURCES,
+    Guarantee,
+    Part,
+    compose,
+    selection_part,
+    selection_rounds,
+    table_part,
+)
+from service.core.budget import budget_split, noise_for
 from service.errors import ValidationError
 from service.privacy.schemas import KAnonIn, KAnonOut
 from service.queues import service as queues
 from service.streams import service as streams
-from service.streams.runtime import budget_split, noise_for
 from service.streams.schemas import StreamCreate
 
 KANON_SOURCE = queues.SOURCE + "; δ searched over n in log space with a Chernoff stop"
@@ -55,7 +63,17 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "budget_split": budget_split(cfg),
     }
     h, r = cfg.hot_windows, cfg.retention_windows
-    rounds = h if p.epsilon_selection > 0 else 0
+    assert cfg.max_tables is not None
+    slots, rounds = selection_rounds(
+        max_tables=cfg.max_tables, features=len(cfg.features), hot_windows=h, per_user=False
+    )
+    if p.epsilon_selection <= 0:
+        rounds = 0
+    selection_params: dict[str, float | int | str | None] = {
+        "min_records": p.min_records,
+        "free_slots": slots,
+        "groups_per_round": p.groups_per_round,
+    }
     per_obs = [
         table_part(
             mechanism=p.mechanism,
@@ -67,7 +85,11 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         )
     ]
     if rounds:
-        per_obs.append(selection_part(epsilon_selection=p.epsilon_selection, rounds=rounds))
+        per_obs.append(
+            selection_part(
+                epsilon_selection=p.epsilon_selection, rounds=rounds, parameters=selection_params
+            )
+        )
     out: dict[str, Any] = {
         "observation": asdict(
             with_queues(compose(per_obs, delta=p.delta, unit="observation"), queue_parts)
@@ -82,7 +104,13 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
                 "shares add up to the window's budget (basic composition across tables; "
                 "Bun & Steinke 2016, Lemma 2.3, for ρ)."
             ),
-            f"Selection reads the hot period; an observation is in it for {h} rolls.",
+            (
+                f"Selection reads the hot period that just ended; an observation is in it for "
+                f"{h} rounds, and a stream releases at most {slots} rounds (its free table "
+                "slots: each releasing round commits a table), so min(H, slots) rounds are "
+                f"charged. Rounds are calibrated to min_records = {p.min_records}, never to "
+                "the hot period's size, and none is skipped for few rows."
+            ),
             (
                 f"{len(queue_parts)} annotation queue(s) of this stream's records: each "
                 "release is (ε, δ)-DP for one submitted record (Li, Qardaji & Su, Thm 5); "
@@ -106,12 +134,20 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         ]
         if rounds:
             per_user.append(
-                selection_part(epsilon_selection=p.epsilon_selection, rounds=r + h, group=c * h)
+                selection_part(
+                    epsilon_selection=p.epsilon_selection,
+                    rounds=slots,
+                    group=c * h,
+                    parameters=selection_params,
+                )
             )
         out["user"] = asdict(compose(per_user, delta=p.delta, unit="user"))
         out["notes"].append(
             f"Per user: at most {c} observations of a user are counted per window "
-            f"(user key {p.user_key!r}); the {r} retention and {h} hot windows compose."
+            f"(user key {p.user_key!r}); the {r} retention and {h} hot windows compose. "
+            f"Selection reads only counted observations, at most {c}·{h} of a user per round; "
+            f"a user may be in each of the stream's at most {slots} releasing rounds, whose "
+            "picks are kept: the guarantee covers the stream's whole life."
         )
     return out
 
@@ -128,7 +164,8 @@ async def sampling_k_anonymity(body: KAnonIn) -> KAnonOut:
 
 
 def calculate(body: KAnonIn) -> KAnonOut:
-    """δ from (β, k, ε), or the smallest k / largest β that reaches a target δ (DESIGN §11)."""
+    """δ from (β, k, ε), or the smallest k / largest β that reaches a target δ
+    (docs/ARCHITECTURE.md, "Annotation queues")."""
     try:
         if body.beta is not None and body.k is not None:
             r, solved = kanon.delta(k=body.k, beta=body.beta, epsilon=body.epsilon), "delta"

@@ -1,4 +1,5 @@
-"""Annotation queue bodies (DESIGN §12.1). Every input is bounded; errors name the field."""
+"""Annotation queue bodies (docs/ARCHITECTURE.md, "HTTP API"). Every input is bounded; errors
+name the field."""
 
 from __future__ import annotations
 
@@ -8,31 +9,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.core import kanon
-from service.core.cmm import DEPTH_MAX, DEPTH_MIN, WIDTH_MAX, WIDTH_MIN
-from service.ingest.schemas import Scalar
+from service.core.streamconfig import Scalar
 from service.streams.schemas import NAME_PATTERN
 
 MAX_TEXT_CHARS = 2000
 MAX_LABELS = 100
 MAX_NEXT = 50
+RELEASE_SECONDS_DEFAULT = 3600
+RELEASE_SECONDS_MAX = 30 * 86_400
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class SketchIn(Strict):
-    width: int = Field(
-        default=1 << 16, ge=WIDTH_MIN, le=WIDTH_MAX, description="a power of two; cells per row"
-    )
-    depth: int = Field(default=4, ge=DEPTH_MIN, le=DEPTH_MAX)
-
-    @field_validator("width")
-    @classmethod
-    def _pow2(cls, v: int) -> int:
-        if v & (v - 1):
-            raise ValueError(f"must be a power of two, got {v}")
-        return v
 
 
 class QueueCreate(Strict):
@@ -53,17 +41,30 @@ class QueueCreate(Strict):
     )
     uncertainty: Literal["client", "model"] = Field(
         default="client",
-        description="'model': the stream's reference model scores record candidates (1 − "
-        "max probability, scaled to [0, 1]); until it exists, the client's score (or 0.5)",
+        description="'client': the submitted score, by bucket of 0.1 (a class of the release is "
+        "a key and its bucket); 'model': the stream's reference model scores each released "
+        "record at its release (1 − max probability, scaled to [0, 1]; 0.5 while there is "
+        "none), and submitted scores are ignored",
     )
     lease_seconds: int = Field(default=300, ge=5, le=86_400)
+    release_seconds: int = Field(
+        default=RELEASE_SECONDS_DEFAULT,
+        ge=1,
+        le=RELEASE_SECONDS_MAX,
+        description="length of a release period: releases happen at multiples of it since "
+        "the Unix epoch, each of the classes with k sampled candidates within that period",
+    )
     epsilon: float | None = Field(
         default=None,
         gt=0,
         le=kanon.EPSILON_MAX,
         description="the ε at which the queue's δ is reported; default max(1, −ln(1−β))",
     )
-    sketch: SketchIn = Field(default_factory=SketchIn)
+    accept_delta_above_ceiling: bool = Field(
+        default=False,
+        description="create the queue even though its δ exceeds the operator's ceiling "
+        "(SELECTIVITY_QUEUE_DELTA_CEILING); the ledger and the curator page show it",
+    )
 
     @field_validator("labels")
     @classmethod
@@ -92,8 +93,9 @@ class QueueCreate(Strict):
             if self.labels is None:
                 raise ValueError("labels: a 'text' queue needs its label set")
         if self.epsilon is not None and self.epsilon < kanon.min_epsilon(beta=self.beta):
+            lowest = kanon.covered_epsilon(beta=self.beta)
             raise ValueError(
-                f"epsilon: must be >= -ln(1-beta) = {kanon.min_epsilon(beta=self.beta):.6g} "
+                f"epsilon: must be >= -ln(1-beta) = {lowest:.6g} "
                 f"(Li, Qardaji & Su, Thm 5), got {self.epsilon}"
             )
         return self
@@ -108,9 +110,10 @@ class QueueOut(BaseModel):
     stream: str | None
     uncertainty: Literal["client", "model"]
     lease_seconds: int
+    release_seconds: int
     epsilon: float
     delta: float = Field(description="δ of the release at (β, k, ε): Li, Qardaji & Su, Thm 5")
-    sketch: SketchIn
+    accept_delta_above_ceiling: bool
     created_at: datetime
 
 
@@ -190,14 +193,16 @@ class LabelsOut(BaseModel):
 
 
 class StatsOut(BaseModel):
+    """Nothing here depends on which candidates were sampled (docs/ARCHITECTURE.md, promise
+    5): how many were kept, or how many keys wait below k, would tell a submitter whether its
+    own candidates were."""
+
     queue: str
-    received: int = Field(description="candidates submitted")
-    sampled: int = Field(description="candidates kept by β-sampling")
-    distinct: int = Field(description="distinct sampled candidates (HyperLogLog estimate)")
-    tracking: int = Field(description="keys whose sketch estimate reached k, counted exactly")
-    waiting_under_k: int = Field(
-        description="distinct sampled keys not released (estimate: distinct − released)"
+    received: int | None = Field(
+        description="candidates submitted; null for annotators (it would time submissions)"
     )
+    release_seconds: int
+    next_release_at: datetime = Field(description="the end of the open release period")
     released: int
     in_pool: int
     leased: int
@@ -207,8 +212,8 @@ class StatsOut(BaseModel):
     uncertainty_histogram: list[int] = Field(
         description="tasks waiting in the pool by uncertainty, 10 bins over [0, 1]"
     )
-    scored_by_model: int
-    scored_by_fallback: int
+    scored_by_model: int = Field(description="released tasks scored by the reference model")
+    scored_by_fallback: int = Field(description="released tasks given 0.5 (no model yet)")
 
 
 class PrivacyOut(BaseModel):
@@ -218,6 +223,13 @@ class PrivacyOut(BaseModel):
     epsilon: float
     delta: float
     log_delta: float
-    min_epsilon: float = Field(description="−ln(1−β): the smallest ε the theorem covers")
+    min_epsilon: float = Field(description="−ln(1−β) rounded up: the smallest ε the theorem covers")
     curve: list[dict[str, float]] = Field(description="δ at other ε, for the dashboard")
+    delta_ceiling: float = Field(description="the operator's ceiling on a queue's δ")
+    above_ceiling: bool = Field(description="δ exceeds the ceiling")
+    accept_delta_above_ceiling: bool = Field(
+        description="the queue was created with accept_delta_above_ceiling"
+    )
+    release_seconds: int
+    guarantee: str = Field(description="the guarantee in words: what it means, whom it protects")
     source: str

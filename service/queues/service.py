@@ -1,13 +1,22 @@
-"""The k-anonymous active-learning annotation queue (DESIGN §11).
+"""The k-anonymous active-learning annotation queue (docs/ARCHITECTURE.md, "Annotation queues").
 
-A submitted batch is validated and canonicalised as a whole (so errors never depend on the
-sampling), then each candidate is kept with probability β drawn from the OS CSPRNG; the others
-are dropped here, in memory: they are never written to Redis, SQL or a log. A kept candidate
-is named by HMAC-SHA256(queue secret, canonical form): that digest, never the text, goes into
-the HyperLogLog (distinct count), the Count-Mean-Min sketch (frequency) and, once the sketch
-flags it, an exact counter. ``queue_candidates.lua`` does all of it atomically per batch and
-releases a key when its exact count reaches k, once per key, into a pool ranked by
-uncertainty.
+A submitted batch is validated and canonicalised as a whole, and every candidate is made
+ready to count (digest, class, release blob) before the sampling, so neither an error nor the
+work done depends on which candidates are kept. Each is then kept with probability β drawn from
+the OS CSPRNG; the others are dropped here, in memory: they are never written to Redis, SQL or a
+log. A kept candidate is counted in its class, in the open **release period** (``release_seconds``
+long, at multiples of it since the Unix epoch): the class is the key, HMAC-SHA256(queue secret,
+canonical form), and for client-scored queues the bucket ⌊10u⌋ of the submitted uncertainty u.
+``queue_candidates.lua`` counts a batch atomically; a class with k sampled candidates in the
+period is ready.
+
+Releases are batches (``release_due``, the worker's ``queues_release`` cron): once a period has
+ended, its ready classes are released at once, each key once ever (a key ready in several
+buckets goes at its highest), with a class-level uncertainty: the bucket's middle, or the
+reference model's score of the key at the release. Periods are disjoint data sets, each
+released once by a strongly-safe k-anonymisation of its β-sample (Li, Qardaji & Su, Thm 5), so
+by parallel composition a candidate keeps the queue's (ε, δ) whatever the other periods hold;
+nothing released is tied to the time or the score of the submission that completed a class.
 
 Where the raw payload is kept, and why: only a released example's canonical form is stored
 (the Redis ``tasks`` hash while it waits for a label, the SQL ``annotation_task`` row for the
@@ -22,9 +31,11 @@ the ingest service, with an Idempotency-Key derived from the task id."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -36,16 +47,16 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core import cmm, kanon
+from service.core import kanon
 from service.core.accounting import Part
 from service.core.sampling import bernoulli_mask, canonical_record, canonical_text
 from service.db.models import AnnotationQueue, AnnotationTask
 from service.errors import Conflict, NotFound, PayloadTooLarge, Unavailable, ValidationError
-from service.features.validation import check_rows
 from service.ingest import service as ingest
 from service.ingest.schemas import IngestIn, ObservationIn
 from service.queues import repository
 from service.queues.schemas import (
+    RELEASE_SECONDS_DEFAULT,
     CandidatesIn,
     CandidatesOut,
     LabelledTask,
@@ -55,22 +66,27 @@ from service.queues.schemas import (
     PrivacyOut,
     QueueCreate,
     QueueOut,
-    SketchIn,
     SkipOut,
     StatsOut,
     TaskOut,
     TasksOut,
 )
-from service.queues.store import SKIP_MEMORY_SECONDS, QueueStore, Sampled
 from service.reference import service as reference
+from service.stores.queues import SKIP_MEMORY_SECONDS, Release, Sampled
 from service.streams import service as streams
+from service.streams.validation import check_rows
 
 log = logging.getLogger("selectivity.queues")
 RUNTIME_TTL_SECONDS = 5.0
 FALLBACK_UNCERTAINTY = 0.5
+UNCERTAINTY_BUCKETS = 10  # client scores: a class is a key and ⌊10u⌋; released at the middle
 SOURCE = (
     "Li, Qardaji & Su 2012 (arXiv 1101.2604), Thm 5: β-sampling followed by suppression of "
-    "every key with fewer than k sampled occurrences is (ε, δ)-DP for ε ≥ −ln(1−β)"
+    "every class with fewer than k sampled records is (ε, δ)-DP for ε ≥ −ln(1−β)"
+)
+QUEUE_SOURCE = (
+    SOURCE + "; a queue's release periods are disjoint, each released once as such a batch "
+    "(parallel composition, McSherry 2009, Thm 4)"
 )
 
 
@@ -86,8 +102,9 @@ class QueueRuntime:
     stream_id: int | None
     uncertainty: str
     lease_seconds: int
+    release_seconds: int
     epsilon: float
-    spec: cmm.CMMSpec
+    accept_delta_above_ceiling: bool
     secret: bytes
     created_at: datetime
 
@@ -105,22 +122,16 @@ def _runtime(q: AnnotationQueue) -> QueueRuntime:
         stream_id=q.stream_id,
         uncertainty=c["uncertainty"],
         lease_seconds=int(c["lease_seconds"]),
+        release_seconds=int(c.get("release_seconds", RELEASE_SECONDS_DEFAULT)),
         epsilon=float(c["epsilon"]),
-        spec=cmm.CMMSpec(width=int(c["sketch"]["width"]), depth=int(c["sketch"]["depth"])),
+        accept_delta_above_ceiling=bool(c.get("accept_delta_above_ceiling", False)),
         secret=q.secret,
         created_at=q.created_at,
     )
 
 
-def store_of(ctx: AppContext) -> QueueStore:
-    st = ctx.caches.get("queue_store")
-    if st is None:
-        st = ctx.caches["queue_store"] = QueueStore(ctx.redis, ctx.keys)
-    return st
-
-
 def default_epsilon(beta: float) -> float:
-    return max(1.0, kanon.min_epsilon(beta=beta))
+    return max(1.0, kanon.covered_epsilon(beta=beta))
 
 
 def _out(rt: QueueRuntime) -> QueueOut:
@@ -133,14 +144,36 @@ def _out(rt: QueueRuntime) -> QueueOut:
         stream=rt.stream,
         uncertainty=rt.uncertainty,  # type: ignore[arg-type]
         lease_seconds=rt.lease_seconds,
+        release_seconds=rt.release_seconds,
         epsilon=rt.epsilon,
         delta=kanon.delta(k=rt.k, beta=rt.beta, epsilon=rt.epsilon).delta,
-        sketch=SketchIn(width=rt.spec.width, depth=rt.spec.depth),
+        accept_delta_above_ceiling=rt.accept_delta_above_ceiling,
         created_at=rt.created_at,
     )
 
 
-async def create(*, session: AsyncSession, queue_in: QueueCreate, created_by: str) -> QueueOut:
+def _ceiling_refusal(
+    queue_in: QueueCreate, epsilon: float, delta: float, ceiling: float
+) -> ValidationError:
+    """The 422 for a queue whose δ exceeds the ceiling, with the smallest k that meets it."""
+    try:
+        k = kanon.smallest_k(beta=queue_in.beta, epsilon=epsilon, target_delta=ceiling).k
+        fix = f"k >= {k} meets it at this beta and epsilon; or lower beta, raise epsilon"
+    except ValueError:
+        fix = f"no k <= {kanon.K_MAX} meets it at this beta and epsilon; lower beta or raise it"
+    return ValidationError(
+        f"k: the queue's delta = {delta:.3g} at beta={queue_in.beta}, k={queue_in.k}, "
+        f"epsilon={epsilon:.6g} exceeds the ceiling delta <= {ceiling:g} "
+        f"(SELECTIVITY_QUEUE_DELTA_CEILING): {fix}; or pass accept_delta_above_ceiling: true "
+        "to create it anyway (the ledger and the curator page then say so)"
+    )
+
+
+async def create(
+    *, session: AsyncSession, queue_in: QueueCreate, created_by: str, delta_ceiling: float
+) -> QueueOut:
+    """Create a queue; refuse it (422) when its δ at its ε exceeds ``delta_ceiling`` unless
+    ``accept_delta_above_ceiling`` says the curator means it."""
     if await repository.get_by_name(session, queue_in.name) is not None:
         raise Conflict(f"queue {queue_in.name!r} already exists")
     labels = queue_in.labels
@@ -157,9 +190,15 @@ async def create(*, session: AsyncSession, queue_in: QueueCreate, created_by: st
                 f"({stream_labels}); a labelled record becomes an observation of it"
             )
         stream_id = stream.id
+    epsilon = kanon.effective_epsilon(
+        beta=queue_in.beta, epsilon=queue_in.epsilon or default_epsilon(queue_in.beta)
+    )
+    d = kanon.delta(k=queue_in.k, beta=queue_in.beta, epsilon=epsilon)
+    if d.delta > delta_ceiling and not queue_in.accept_delta_above_ceiling:
+        raise await asyncio.to_thread(_ceiling_refusal, queue_in, epsilon, d.delta, delta_ceiling)
     config = queue_in.model_dump(exclude={"name"})
     config["labels"] = labels
-    config["epsilon"] = queue_in.epsilon or default_epsilon(queue_in.beta)
+    config["epsilon"] = epsilon
     row = await repository.create(
         session,
         AnnotationQueue(
@@ -183,7 +222,7 @@ async def get(*, session: AsyncSession, name: str) -> AnnotationQueue:
 async def runtime(*, ctx: AppContext, name: str) -> QueueRuntime:
     """The queue's configuration, cached per process for a few seconds (queues never change
     after creation)."""
-    cache: dict[str, tuple[float, QueueRuntime]] = ctx.caches.setdefault("queue_runtime", {})
+    cache = ctx.caches.queue_runtimes
     hit = cache.get(name)
     now = time.monotonic()
     if hit is not None and now - hit[0] < RUNTIME_TTL_SECONDS:
@@ -210,33 +249,39 @@ def digest_of(secret: bytes, kind: str, canonical: bytes) -> bytes:
     return hmac.new(secret, kind.encode() + b"\x00" + canonical, hashlib.sha256).digest()
 
 
-@dataclass
-class _Prepared:
-    digest: bytes
-    payload: dict[str, Any]  # {"text": ...} or {"record": {...}}, canonical
-    uncertainty: float | None
+def bucket_of(u: float) -> int:
+    """The uncertainty bucket of a client score: ⌊10u⌋, 1.0 in the top bucket."""
+    return min(int(u * UNCERTAINTY_BUCKETS), UNCERTAINTY_BUCKETS - 1)
+
+
+def bucket_middle(bucket: int) -> float:
+    return (bucket + 0.5) / UNCERTAINTY_BUCKETS
 
 
 async def _model_uncertainty(
     ctx: AppContext, rt: QueueRuntime, records: list[dict[str, Any]]
 ) -> list[float] | None:
     """1 − max probability, scaled to [0, 1] by 1 − 1/L; None when the stream has no reference
-    model yet (the caller falls back)."""
+    model yet (the caller falls back). In batches of at most ``max_batch`` records."""
     assert rt.stream is not None
-    try:
-        pred = await reference.predict(ctx=ctx, name=rt.stream, rows=records)
-    except Unavailable:
-        return None
-    p = np.asarray(pred.probabilities, dtype=np.float64)
-    n_labels = p.shape[1]
-    u = (1.0 - p.max(axis=1)) / (1.0 - 1.0 / n_labels)
-    return np.clip(u, 0.0, 1.0).tolist()
+    out: list[float] = []
+    step = ctx.settings.max_batch
+    for i in range(0, len(records), step):
+        try:
+            pred = await reference.predict(ctx=ctx, name=rt.stream, rows=records[i : i + step])
+        except Unavailable:
+            return None
+        p = np.asarray(pred.probabilities, dtype=np.float64)
+        u = (1.0 - p.max(axis=1)) / (1.0 - 1.0 / p.shape[1])
+        out += np.clip(u, 0.0, 1.0).tolist()
+    return out
 
 
-async def _prepare(ctx: AppContext, rt: QueueRuntime, body: CandidatesIn) -> list[_Prepared]:
-    """Validate and canonicalise the whole batch (before sampling, so that an error never
-    says anything about which candidates were kept)."""
-    out: list[_Prepared] = []
+async def _prepare(ctx: AppContext, rt: QueueRuntime, body: CandidatesIn) -> list[Sampled]:
+    """Validate and canonicalise the whole batch, and make every candidate ready to count,
+    before the sampling: an error never says anything about which candidates were kept, and
+    the work does not depend on it. Client scores of a model-scored queue are not used."""
+    out: list[Sampled] = []
     if rt.payload_kind == "record":
         assert rt.stream is not None
         srt = await streams.runtime(ctx=ctx, name=rt.stream)
@@ -267,8 +312,25 @@ async def _prepare(ctx: AppContext, rt: QueueRuntime, body: CandidatesIn) -> lis
             rec = canonical_record(c.record)
             payload = {"record": rec}
             raw = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
-        out.append(_Prepared(digest_of(rt.secret, rt.payload_kind, raw), payload, c.uncertainty))
+        key = digest_of(rt.secret, rt.payload_kind, raw)[:16].hex()
+        bucket = None
+        if rt.uncertainty == "client":
+            assert c.uncertainty is not None
+            bucket = bucket_of(c.uncertainty)
+        cls = key if bucket is None else f"{key}:{bucket}"
+        blob = orjson.dumps({"key": key, "bucket": bucket, "payload": payload})
+        out.append(Sampled(key=key, cls=cls, blob=blob))
     return out
+
+
+def period_of(rt: QueueRuntime, now_ms: int) -> int:
+    """The release period open at ``now_ms``: periods are ``release_seconds`` long, from the
+    Unix epoch."""
+    return now_ms // (rt.release_seconds * 1000)
+
+
+def period_end(rt: QueueRuntime, period: int) -> datetime:
+    return _at((period + 1) * rt.release_seconds * 1000)
 
 
 async def submit(*, ctx: AppContext, name: str, body: CandidatesIn) -> CandidatesOut:
@@ -282,49 +344,112 @@ async def submit(*, ctx: AppContext, name: str, body: CandidatesIn) -> Candidate
     keep = bernoulli_mask(len(prepared), rt.beta)
     kept = [p for p, m in zip(prepared, keep.tolist(), strict=True) if m]
     del prepared  # the dropped candidates end here
-    store = store_of(ctx)
-    scores: list[float | None] = [p.uncertainty for p in kept]
-    if kept and rt.uncertainty == "model":
-        model = await _model_uncertainty(ctx, rt, [p.payload["record"] for p in kept])
-        field = "scored_by_model" if model is not None else "scored_by_fallback"
-        await ctx.redis.hincrby(ctx.keys.queue(rt.name, "stats"), field, len(kept))
-        if model is not None:
-            scores = list(model)
-    sampled = [
-        Sampled(
-            digest=p.digest[:16].hex(),
-            cells=cmm.cells(p.digest, rt.spec),
-            uncertainty=FALLBACK_UNCERTAINTY if u is None else float(u),
-            task_id="t_" + secrets.token_hex(8),
-            payload=orjson.dumps(p.payload),
-        )
-        for p, u in zip(kept, scores, strict=True)
-    ]
-    released = await store.apply(
+    await ctx.stores.queues.add(
         queue=rt.name,
         k=rt.k,
-        width=rt.spec.width,
-        depth=rt.spec.depth,
+        period=period_of(rt, _now_ms()),
         received=len(body.candidates),
-        sampled=sampled,
+        sampled=kept,
     )
-    if released:
-        by_id = {s.task_id: s for s in sampled}
+    return CandidatesOut(received=len(body.candidates))
+
+
+# --- releases --------------------------------------------------------------------------------
+
+
+async def _release_tasks(
+    ctx: AppContext, rt: QueueRuntime, blobs: list[bytes]
+) -> tuple[list[Release], str | None]:
+    """One task per key of a period's ready classes (the highest bucket of a key ready in
+    several), with its class-level uncertainty; and, for a model-scored queue, the stats
+    counter of how they were scored."""
+    best: dict[str, dict[str, Any]] = {}
+    for b in blobs:
+        item = orjson.loads(b)
+        prev = best.get(item["key"])
+        if prev is None or (item["bucket"] or 0) > (prev["bucket"] or 0):
+            best[item["key"]] = item
+    items = sorted(best.values(), key=lambda x: x["key"])  # no trace of arrival order
+    scored = None
+    if rt.uncertainty == "model" and items:
+        scores = await _model_uncertainty(ctx, rt, [x["payload"]["record"] for x in items])
+        if scores is None:
+            us, scored = [FALLBACK_UNCERTAINTY] * len(items), "scored_by_fallback"
+        else:
+            us, scored = scores, "scored_by_model"
+    else:
+        us = [bucket_middle(x["bucket"]) for x in items]
+    tasks = [
+        Release(
+            key=x["key"],
+            task_id="t_" + secrets.token_hex(8),
+            uncertainty=float(u),
+            payload=orjson.dumps(x["payload"]),
+        )
+        for x, u in zip(items, us, strict=True)
+    ]
+    return tasks, scored
+
+
+async def release_queue(ctx: AppContext, rt: QueueRuntime, *, now_ms: int) -> dict[str, int]:
+    """Release every period of the queue that ended before ``now_ms``, oldest first: close it
+    (no batch is counted into it any more), release its ready classes, delete its counts.
+    Safe to run twice or concurrently: a period is released once (``queue_release.lua``)."""
+    store = ctx.stores.queues
+    done = {"periods": 0, "released": 0}
+    for period in await store.due_periods(queue=rt.name, before=period_of(rt, now_ms)):
+        await store.close(queue=rt.name, period=period)
+        blobs = await store.ready(queue=rt.name, period=period)
+        tasks, scored = await _release_tasks(ctx, rt, blobs)
+        released = set(await store.release(queue=rt.name, period=period, tasks=tasks))
+        done["periods"] += 1
+        done["released"] += len(released)
+        if not released:
+            continue
+        if scored is not None:
+            await store.count(queue=rt.name, field=scored, n=len(released))
         async with ctx.sessionmaker() as session, session.begin():
             await repository.add_tasks(
                 session,
                 [
                     AnnotationTask(
-                        id=t,
+                        id=t.task_id,
                         queue_id=rt.id,
-                        key_hash=by_id[t].digest,
-                        payload=orjson.loads(by_id[t].payload),
-                        uncertainty=by_id[t].uncertainty,
+                        key_hash=t.key,
+                        payload=orjson.loads(t.payload),
+                        uncertainty=t.uncertainty,
+                        released_at=period_end(rt, period),
                     )
-                    for t in released
+                    for t in tasks
+                    if t.task_id in released
                 ],
             )
-    return CandidatesOut(received=len(body.candidates))
+    return done
+
+
+async def release_due(ctx: AppContext, *, now_ms: int | None = None) -> dict[str, int]:
+    """The ``queues_release`` job: release the ended periods of every queue. One queue's
+    failure does not stop the others (it is retried at the next run)."""
+    now = _now_ms() if now_ms is None else now_ms
+    async with ctx.sessionmaker() as session:
+        rows = await repository.list_queues(session)
+    out = {"queues": 0, "periods": 0, "released": 0, "failed": 0}
+    for row in rows:
+        rt = _runtime(row)
+        try:
+            done = await release_queue(ctx, rt, now_ms=now)
+        except Exception:
+            log.exception("releasing queue %s failed", rt.name)
+            out["failed"] += 1
+            continue
+        out["queues"] += 1
+        out["periods"] += done["periods"]
+        out["released"] += done["released"]
+    if out["periods"]:
+        # the released periods' counts leave the persistence files too (docs/ARCHITECTURE.md,
+        # "Annotation queues")
+        await ctx.stores.windows.rewrite_aof()
+    return out
 
 
 # --- annotators ------------------------------------------------------------------------------
@@ -351,7 +476,7 @@ def _task(task_id: str, payload: bytes, uncertainty: float, expires_ms: int) -> 
 
 async def next_tasks(*, ctx: AppContext, name: str, owner: str, n: int) -> TasksOut:
     rt = await runtime(ctx=ctx, name=name)
-    _, leases = await store_of(ctx).lease(
+    _, leases = await ctx.stores.queues.lease(
         queue=rt.name, owner=owner, n=n, now_ms=_now_ms(), ttl_ms=rt.lease_seconds * 1000
     )
     return TasksOut(tasks=[_task(x.id, x.payload, x.uncertainty, x.expires_ms) for x in leases])
@@ -376,7 +501,7 @@ def _status(res: list[Any]) -> str:
 
 async def heartbeat(*, ctx: AppContext, name: str, task_id: str, owner: str) -> LeaseOut:
     rt = await runtime(ctx=ctx, name=name)
-    res = await store_of(ctx).act(
+    res = await ctx.stores.queues.act(
         queue=rt.name,
         action="heartbeat",
         task_id=task_id,
@@ -391,7 +516,7 @@ async def heartbeat(*, ctx: AppContext, name: str, task_id: str, owner: str) -> 
 
 async def skip(*, ctx: AppContext, name: str, task_id: str, owner: str) -> SkipOut:
     rt = await runtime(ctx=ctx, name=name)
-    res = await store_of(ctx).act(
+    res = await ctx.stores.queues.act(
         queue=rt.name,
         action="skip",
         task_id=task_id,
@@ -411,7 +536,7 @@ async def label(*, ctx: AppContext, name: str, task_id: str, owner: str, label: 
     rt = await runtime(ctx=ctx, name=name)
     if label not in rt.labels:
         raise ValidationError(f"label: {label!r} is not one of the queue's labels {rt.labels}")
-    store = store_of(ctx)
+    store = ctx.stores.queues
     res = await store.act(
         queue=rt.name, action="label", task_id=task_id, owner=owner, now_ms=_now_ms(), arg=label
     )
@@ -463,7 +588,7 @@ async def _commit_label(
             row.observation_window = window
         window = row.observation_window
     if payload:
-        await store_of(ctx).forget_payload(queue=rt.name, task_id=task_id)
+        await ctx.stores.queues.forget_payload(queue=rt.name, task_id=task_id)
     return window
 
 
@@ -487,33 +612,29 @@ async def labels(*, ctx: AppContext, name: str, after: int, limit: int) -> Label
     return LabelsOut(labels=out, next_after=out[-1].seq if len(out) == limit else None)
 
 
-async def stats(*, ctx: AppContext, name: str) -> StatsOut:
+async def stats(*, ctx: AppContext, name: str, submitter: bool = True) -> StatsOut:
+    """The queue's counters. ``received`` (how many candidates were submitted, and so when) is
+    for those who submit them; an annotator sees only what follows from the releases."""
     rt = await runtime(ctx=ctx, name=name)
-    store = store_of(ctx)
+    store = ctx.stores.queues
     await store.requeue_expired(queue=rt.name, now_ms=_now_ms())
     s = await store.stats(queue=rt.name)
-    counters = await ctx.redis.hmget(
-        ctx.keys.queue(rt.name, "stats"), ["scored_by_model", "scored_by_fallback"]
-    )
     async with ctx.sessionmaker() as session:
         counts = await repository.label_counts(session, rt.id)
-    distinct, released = int(s["distinct"]), int(s["released"])
     return StatsOut(
         queue=rt.name,
-        received=s["received"],
-        sampled=s["sampled"],
-        distinct=distinct,
-        tracking=s["tracking"],
-        waiting_under_k=max(distinct - released, 0),
-        released=released,
+        received=s["received"] if submitter else None,
+        release_seconds=rt.release_seconds,
+        next_release_at=period_end(rt, period_of(rt, _now_ms())),
+        released=s["released"],
         in_pool=s["in_pool"],
         leased=s["leased"],
         labelled=s["labelled"],
         skipped=s["skipped"],
         label_counts=counts,
         uncertainty_histogram=s["histogram"],
-        scored_by_model=int(counters[0] or 0),
-        scored_by_fallback=int(counters[1] or 0),
+        scored_by_model=s["scored_by_model"],
+        scored_by_fallback=s["scored_by_fallback"],
     )
 
 
@@ -522,9 +643,40 @@ async def stats(*, ctx: AppContext, name: str) -> StatsOut:
 CURVE_EPSILONS = (0.5, 1.0, 2.0, 3.0, 5.0)
 
 
-def privacy_of(rt: QueueRuntime) -> PrivacyOut:
+ACCEPTED_NOTE = "δ above the operator's ceiling, accepted explicitly (accept_delta_above_ceiling)"
+
+
+def guarantee_in_words(rt: QueueRuntime, delta: float, ceiling: float) -> str:
+    """What the queue's (ε, δ) means and whom it protects (docs/ARCHITECTURE.md, promise 5)."""
+    words = (
+        f"(ε, δ) = ({rt.epsilon:.3g}, {delta:.2g}). For any one submitted candidate, what this "
+        f"queue releases (which examples, their uncertainty, and when) is at most "
+        f"{math.exp(rt.epsilon):.3g} times more or less likely with that candidate than "
+        f"without it, except with probability at most {delta:.2g}. This holds against anyone "
+        "who sees the releases (annotators, the label export, these statistics), even one "
+        f"who knows or submitted every other candidate: each candidate is kept with "
+        f"probability β = {rt.beta:g}, and an example is released only once k = {rt.k} kept "
+        f"candidates of it arrived within one release period ({rt.release_seconds} s). It "
+        "does not hold against someone who reads the service's Redis and database while a "
+        "period is open: that period's counts tell which guessed candidates were kept."
+    )
+    if delta <= ceiling:
+        return words
+    how = (
+        "was accepted explicitly when the queue was created (accept_delta_above_ceiling)"
+        if rt.accept_delta_above_ceiling
+        else "was not checked when the queue was created"
+    )
+    return (
+        f"Warning: δ = {delta:.2g} is above the operator's ceiling of {ceiling:g} and {how}: "
+        f"with probability up to {delta:.2g} the releases can reveal that a candidate was "
+        "submitted. " + words
+    )
+
+
+def privacy_of(rt: QueueRuntime, *, delta_ceiling: float) -> PrivacyOut:
     d = kanon.delta(k=rt.k, beta=rt.beta, epsilon=rt.epsilon)
-    lo = kanon.min_epsilon(beta=rt.beta)
+    lo = kanon.covered_epsilon(beta=rt.beta)
     curve = [
         {"epsilon": e, "delta": kanon.delta(k=rt.k, beta=rt.beta, epsilon=e).delta}
         for e in sorted({lo, *(e for e in CURVE_EPSILONS if e >= lo)})
@@ -538,12 +690,18 @@ def privacy_of(rt: QueueRuntime) -> PrivacyOut:
         log_delta=d.log_delta,
         min_epsilon=lo,
         curve=curve,
-        source=SOURCE,
+        delta_ceiling=delta_ceiling,
+        above_ceiling=d.delta > delta_ceiling,
+        accept_delta_above_ceiling=rt.accept_delta_above_ceiling,
+        release_seconds=rt.release_seconds,
+        guarantee=guarantee_in_words(rt, d.delta, delta_ceiling),
+        source=QUEUE_SOURCE + (f"; {ACCEPTED_NOTE}" if rt.accept_delta_above_ceiling else ""),
     )
 
 
 async def privacy(*, ctx: AppContext, name: str) -> PrivacyOut:
-    return privacy_of(await runtime(ctx=ctx, name=name))
+    rt = await runtime(ctx=ctx, name=name)
+    return privacy_of(rt, delta_ceiling=ctx.settings.queue_delta_ceiling)
 
 
 async def ledger_parts(*, session: AsyncSession, stream_id: int) -> list[Part]:
@@ -560,8 +718,15 @@ async def ledger_parts(*, session: AsyncSession, stream_id: int) -> list[Part]:
                 epsilon=rt.epsilon,
                 delta=d.delta,
                 rho=None,
-                parameters={"queue": rt.name, "beta": rt.beta, "k": rt.k},
-                source=SOURCE,
+                parameters={
+                    "queue": rt.name,
+                    "beta": rt.beta,
+                    "k": rt.k,
+                    "release_seconds": rt.release_seconds,
+                    "accept_delta_above_ceiling": rt.accept_delta_above_ceiling,
+                },
+                source=QUEUE_SOURCE
+                + (f"; {ACCEPTED_NOTE}" if rt.accept_delta_above_ceiling else ""),
             )
         )
     return parts

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ReferenceModel
@@ -15,20 +15,12 @@ async def get(session: AsyncSession, stream_id: int, epoch: int) -> ReferenceMod
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
-async def latest_trained(
-    session: AsyncSession, stream_id: int, up_to: int
-) -> ReferenceModel | None:
-    stmt = (
-        select(ReferenceModel)
-        .where(
-            ReferenceModel.stream_id == stream_id,
-            ReferenceModel.epoch <= up_to,
-            ReferenceModel.model.is_not(None),
-        )
-        .order_by(ReferenceModel.epoch.desc())
-        .limit(1)
+async def delete_before(session: AsyncSession, stream_id: int, epoch: int) -> int:
+    """Delete the stream's reference models of epochs before ``epoch``: how many."""
+    stmt = delete(ReferenceModel).where(
+        ReferenceModel.stream_id == stream_id, ReferenceModel.epoch < epoch
     )
-    return (await session.execute(stmt)).scalar_one_or_none()
+    return int((await session.execute(stmt)).rowcount or 0)  # type: ignore[attr-defined]
 
 
 async def add(session: AsyncSession, row: ReferenceModel) -> None:
@@ -36,10 +28,14 @@ async def add(session: AsyncSession, row: ReferenceModel) -> None:
     await session.flush()
 
 
-async def all_of(session: AsyncSession, stream_id: int, *, limit: int) -> Sequence[ReferenceModel]:
+async def all_of(
+    session: AsyncSession, stream_id: int, *, since: int, limit: int
+) -> Sequence[ReferenceModel]:
+    """The stream's reference models of epochs ``since`` and later (those of earlier epochs
+    are deleted by ``expire``; one may linger between a roll's commit and its expiry)."""
     stmt = (
         select(ReferenceModel)
-        .where(ReferenceModel.stream_id == stream_id)
+        .where(ReferenceModel.stream_id == stream_id, ReferenceModel.epoch >= since)
         .order_by(ReferenceModel.epoch.desc())
         .limit(limit)
     )

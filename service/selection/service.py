@@ -1,4 +1,5 @@
-"""Count-table selection on each roll (DESIGN §5), with the pure core in
+"""Count-table selection on each roll (docs/ARCHITECTURE.md, "Count-table selection"), with
+the pure core in
 ``service.core.selection``: the hot period's closed windows are read, candidate groups scored by
 empirical mutual-information gain, up to ``groups_per_round`` picked by the exponential
 mechanism under ``epsilon_selection``, and each pick gets a table.
@@ -18,28 +19,50 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.featurize import row_keys, table_name
+from service.core.counting import within_bound
+from service.core.featurize import FeatureSpec, row_keys, table_name
+from service.core.runtime import StreamRuntime
 from service.core.selection import Candidate, select_round
 from service.db.models import CountTable, StreamEvent
 from service.models import repository as events_repo
 from service.streams import repository
 from service.streams import service as streams
-from service.streams.runtime import StreamRuntime
-from service.windows.service import store_of
+from service.streams.lock import stream_lock
 
 log = logging.getLogger("selectivity.selection")
 READ_CHUNK = 5000
+
+
+def _counted(rows: list[dict], spec: FeatureSpec, bound: int) -> np.ndarray:
+    """Mask of one window's rows (in arrival order) that the counter counts: the first
+    ``bound`` of each user's (``service.core.counting.within_bound``, on the user key's
+    canonical value as the counter groups it)."""
+    keys = row_keys(rows, [spec])[spec.name]
+    if not keys:
+        return np.zeros(0, dtype=bool)
+    users = np.unique(np.array(keys, dtype=object), return_inverse=True)[1].astype(np.int64)
+    mask, _ = within_bound(users.reshape(-1), np.zeros(int(users.max()) + 1, np.int64), bound)
+    return mask
 
 
 async def _hot_matrix(
     ctx: AppContext, rt: StreamRuntime, epoch: int
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Integer codes of every feature and the label indices of the hot period that just ended
-    (windows epoch − H … epoch − 1, all closed now): an observation is read by H rounds."""
-    store = store_of(ctx)
+    (windows epoch − H … epoch − 1, all closed now): an observation is read by H rounds.
+
+    Only the rows the counter counts are read: with a user key, the first
+    ``max_contributions_per_window`` of each user's in each window, in arrival order (the
+    counter's rule, ``within_bound``), so a user is at most c·H of a round's records (the group
+    size the ledger charges per round). Every feature has a column, empty when no row is."""
+    store = ctx.stores.windows
+    privacy = rt.config.privacy
+    user_spec = next((f for f in rt.features if f.name == privacy.user_key), None)
     feats: list[dict] = []
     labels: list[int] = []
     for w in range(max(epoch - rt.config.hot_windows, 1), epoch):
+        window_feats: list[dict] = []
+        window_labels: list[int] = []
         last = await store.hot_last_id(rt.name, w)
         start: bytes | str = "-"
         while last is not None:
@@ -48,20 +71,26 @@ async def _hot_matrix(
                 break
             for _, fields in entries:
                 rec = orjson.loads(fields[b"d"])
-                feats.append(rec["f"])
-                labels.append(rt.label_index[rec["y"]])
+                window_feats.append(rec["f"])
+                window_labels.append(rt.label_index[rec["y"]])
             if entries[-1][0] == last:
                 break
             start = b"(" + entries[-1][0]
+        if user_spec is not None:
+            keep = _counted(window_feats, user_spec, privacy.max_contributions_per_window)
+            window_feats = [f for f, k in zip(window_feats, keep.tolist(), strict=True) if k]
+            window_labels = [y for y, k in zip(window_labels, keep.tolist(), strict=True) if k]
+        feats.extend(window_feats)
+        labels.extend(window_labels)
     values = row_keys(feats, rt.features)
-    columns = (
-        {
-            name: np.unique(np.array(col, dtype=object), return_inverse=True)[1].astype(np.int64)
-            for name, col in values.items()
-        }
-        if feats
-        else {}
-    )
+    columns = {
+        name: np.unique(np.array(col, dtype=object), return_inverse=True)[1]
+        .reshape(-1)
+        .astype(np.int64)
+        if col
+        else np.zeros(0, np.int64)
+        for name, col in values.items()
+    }
     return columns, np.array(labels, np.int64)
 
 
@@ -73,6 +102,7 @@ def _round(
     max_tables: int,
     k: int,
     epsilon: float,
+    min_records: int,
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The round itself (process pool); returns (group, base) pairs only — never the gains."""
     picks: list[Candidate] = select_round(
@@ -83,25 +113,41 @@ def _round(
         max_tables=max_tables,
         groups_per_round=k,
         epsilon=epsilon,
+        min_records=min_records,
     )
     return [(c.group, c.base) for c in picks]
 
 
-async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> list[str]:
-    """The selection round of the roll to ``epoch`` (once: a round that already added tables
-    with ``first_epoch == epoch + 2`` is not repeated)."""
-    rt = await streams.runtime(ctx=ctx, name=name)
+async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, object]:
+    """The selection round of the roll to ``epoch`` (the ``selection_round`` follow-up).
+
+    Idempotent and safe under any interleaving with rolls and other rounds: the hot rows are
+    read and scored without a lock, then the picks are committed under the stream's lock
+    (``stream_lock``, which rolls hold too), in a transaction that re-reads the stream and its
+    tables. The round commits nothing when the stream has moved past ``epoch`` (the window
+    its tables would start in may be prepared already: the next epoch's round selects
+    instead), when a round of ``epoch`` has committed already, and never more tables than the
+    free slots of ``max_tables`` it finds then. Returns what it did, for the follow-up's
+    record (never the gains).
+
+    Privacy (docs/ARCHITECTURE.md, "Privacy ledger"): the round is calibrated to the public
+    ``min_records``, never to the hot period's size, and no outcome depends on that size (no
+    round is skipped for few rows): the only data-dependent output is the picks. A round that
+    releases picks commits at least one table (it scores against the table set it commits
+    to, read afresh, and commits nothing if that set changed), so a stream releases at most
+    as many rounds as it has free slots: what the ledger charges."""
+    async with ctx.sessionmaker() as session:  # fresh, not the cached runtime
+        current = await streams.get(session=session, name=name)
+        rt = streams.runtime_of(current, list(await repository.tables_of(session, current.id)))
     cfg = rt.config
     eps = cfg.privacy.epsilon_selection
     assert cfg.max_tables is not None
     if eps <= 0 or len(rt.tables) + 1 >= cfg.max_tables:
-        return []
+        return {"selected": [], "reason": "no budget or no free slot"}
     first_epoch = epoch + 2
     if any(t.first_epoch == first_epoch and t.reason == "selected" for t in rt.tables):
-        return []
+        return {"selected": [], "reason": "done"}
     columns, labels = await _hot_matrix(ctx, rt, epoch)
-    if len(labels) < 2:
-        return []
     groups = [tuple(sorted(t.features)) for t in rt.tables]
     picks = await ctx.run_cpu(
         _round,
@@ -112,17 +158,26 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> list[str]:
         cfg.max_tables,
         cfg.privacy.groups_per_round,
         eps,
+        cfg.privacy.min_records,
     )
     if not picks:
-        return []
-    names = [table_name(group) for group, _ in picks]
-    async with ctx.sessionmaker() as session, session.begin():
+        return {"selected": [], "reason": "no candidate"}
+    async with stream_lock(ctx, name), ctx.sessionmaker() as session, session.begin():
         stream = await repository.get_by_name(session, name, for_update=True)
         assert stream is not None
-        existing = {t.name for t in await repository.tables_of(session, stream.id)}
+        if stream.epoch != epoch or stream.roll_target is not None:
+            return {"selected": [], "reason": f"stale: the stream is at epoch {stream.epoch}"}
+        tables = list(await repository.tables_of(session, stream.id))
+        if any(t.selected_epoch == epoch for t in tables):
+            return {"selected": [], "reason": "done"}
+        existing = {t.name for t in tables}
+        if existing != {t.name for t in rt.tables}:  # scored against another table set
+            return {"selected": [], "reason": "stale: the tables changed"}
+        free = cfg.max_tables - 1 - len(tables)  # the prior table takes a slot
+        added: list[str] = []
         for rank, (group, base) in enumerate(picks, start=1):
             tname = table_name(group)
-            if tname in existing:
+            if tname in existing or len(added) >= free:
                 continue
             session.add(
                 CountTable(
@@ -137,6 +192,9 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> list[str]:
                     extends=table_name(base),
                 )
             )
+            added.append(tname)
+        if not added:
+            return {"selected": [], "reason": "no free slot"}
         await events_repo.add_event(
             session,
             StreamEvent(
@@ -145,15 +203,15 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> list[str]:
                 data={
                     "stream": name,
                     "epoch": epoch,
-                    "tables": names,
+                    "tables": added,
                     "first_epoch": first_epoch,
                     "epsilon_selection": eps,
                 },
             ),
         )
     streams.forget_runtime(ctx, name)
-    log.info("stream %s: selected %s from window %d on", name, names, first_epoch)
-    return names
+    log.info("stream %s: selected %s from window %d on", name, added, first_epoch)
+    return {"selected": added, "first_epoch": first_epoch}
 
 
 async def list_tables(*, session: AsyncSession, name: str) -> list[CountTable]:

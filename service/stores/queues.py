@@ -1,9 +1,12 @@
-"""Redis side of annotation queues: the sketches, the exact counts of flagged keys, the pool,
-the leases (DESIGN §11). Every key of a queue carries the hash tag ``{q:<queue>}``.
+"""Redis side of annotation queues: the per-period counts, the releases, the pool, the leases
+(docs/ARCHITECTURE.md, "Annotation queues"). Every key of a queue carries the hash tag
+``{q:<queue>}``.
 
-What Redis holds of a candidate before its release: its keyed digest (in the HyperLogLog, the
-Count-Mean-Min cells, and, once flagged, the exact-count hash). Raw payloads enter Redis only
-with a release (the ``tasks`` hash), as the canonical form of a k-anonymous example."""
+What Redis holds of a candidate below k: its class's keyed digest and sampled count, in the
+counts of its release period (``p:<period>:counts``), deleted when the period is released. A
+payload enters Redis only once its class has k sampled occurrences in the period (``ready``,
+until the period's release) and with the release (the ``tasks`` hash), as the canonical form of
+a k-anonymous example."""
 
 from __future__ import annotations
 
@@ -16,18 +19,35 @@ from service.keys import Keys
 from service.lua import source
 
 SKIP_MEMORY_SECONDS = 86_400
+CLOSED_RETRIES = 8
 LOOK_PAST = 200  # pool entries a lease may pass over (the annotator's skipped tasks)
 HISTOGRAM_BINS = 10
+STATS_COUNTERS = (
+    "received",
+    "released",
+    "labelled",
+    "skipped",
+    "scored_by_model",
+    "scored_by_fallback",
+)
 
 
 @dataclass(frozen=True)
 class Sampled:
-    """One candidate kept by sampling, as the script needs it."""
+    """One candidate kept by sampling, as ``queue_candidates.lua`` needs it."""
 
-    digest: str
-    cells: list[int]
-    uncertainty: float
+    key: str  # keyed digest of the canonical form (hex): one release per key
+    cls: str  # its class in the period: the key, or key and uncertainty bucket
+    blob: bytes  # what the release needs once the class is ready (JSON)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One task of a period's release, as ``queue_release.lua`` needs it."""
+
+    key: str
     task_id: str
+    uncertainty: float
     payload: bytes
 
 
@@ -43,17 +63,27 @@ def _s(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def period_keys(keys: Keys, queue: str, period: int) -> list[str]:
+    """The period's counts (hash: class -> sampled occurrences) and ready classes (hash:
+    class -> release blob)."""
+    return [keys.queue(queue, f"p:{period}:{w}") for w in ("counts", "ready")]
+
+
 def candidates_call(
-    keys: Keys, queue: str, k: int, width: int, depth: int, received: int, sampled: list[Sampled]
-) -> tuple[list[str], list[bytes | str | int | float]]:
+    keys: Keys, queue: str, k: int, period: int, received: int, sampled: list[Sampled]
+) -> tuple[list[str], list[bytes | str | int]]:
     """KEYS and ARGV of ``queue_candidates.lua``."""
-    names = ("hll", "cmm", "cmm_totals", "watch", "released", "pool", "scores", "tasks", "stats")
-    args: list[bytes | str | int | float] = [k, width, depth, received, len(sampled)]
+    names = ("stats", "closed", "periods", "released")
+    args: list[bytes | str | int] = [k, received, str(period), len(sampled)]
     for s in sampled:
-        args.append(s.digest)
-        args.extend(s.cells)
-        args += [repr(float(s.uncertainty)), s.task_id, s.payload]
-    return [keys.queue(queue, w) for w in names], args
+        args += [s.key, s.cls, s.blob]
+    return [keys.queue(queue, w) for w in names] + period_keys(keys, queue, period), args
+
+
+def release_keys(keys: Keys, queue: str, period: int) -> list[str]:
+    """KEYS of ``queue_release.lua``."""
+    names = ("closed", "periods", "released", "pool", "scores", "tasks", "stats")
+    return [keys.queue(queue, w) for w in names] + period_keys(keys, queue, period)
 
 
 class QueueStore:
@@ -61,18 +91,48 @@ class QueueStore:
         self.r = redis
         self.k = keys
         self._candidates = redis.register_script(source("queue_candidates"))
+        self._release = redis.register_script(source("queue_release"))
         self._lease = redis.register_script(source("queue_lease"))
         self._task = redis.register_script(source("queue_task"))
 
     def _key(self, q: str, what: str) -> str:
         return self.k.queue(q, what)
 
-    async def apply(
-        self, *, queue: str, k: int, width: int, depth: int, received: int, sampled: list[Sampled]
-    ) -> list[str]:
-        """Apply a batch's sampled candidates; returns the task ids released by it."""
-        keys, args = candidates_call(self.k, queue, k, width, depth, received, sampled)
-        return [_s(x) for x in await self._candidates(keys=keys, args=args)]
+    async def add(
+        self, *, queue: str, k: int, period: int, received: int, sampled: list[Sampled]
+    ) -> int:
+        """Count a batch's sampled candidates into ``period``, or into the first period not yet
+        closed when that one is (a clock behind the releasing worker's); returns the period."""
+        for _ in range(CLOSED_RETRIES):
+            keys, args = candidates_call(self.k, queue, k, period, received, sampled)
+            res = await self._candidates(keys=keys, args=args)
+            if _s(res[0]) == "ok":
+                return period
+            period = int(res[1]) + 1
+        raise RuntimeError(f"queue {queue!r}: every period tried was closed meanwhile")
+
+    async def due_periods(self, *, queue: str, before: int) -> list[int]:
+        """Periods before ``before`` that hold counts not released yet, oldest first."""
+        raw = await self.r.zrangebyscore(self._key(queue, "periods"), "-inf", f"({before}")
+        return [int(_s(x)) for x in raw]
+
+    async def close(self, *, queue: str, period: int) -> None:
+        keys = release_keys(self.k, queue, period)
+        await self._release(keys=keys, args=["close", str(period)])
+
+    async def ready(self, *, queue: str, period: int) -> list[bytes]:
+        """The release blobs of the period's classes that reached k (final once closed)."""
+        raw = await self.r.hvals(period_keys(self.k, queue, period)[1])
+        return [x if isinstance(x, bytes) else x.encode() for x in raw]
+
+    async def release(self, *, queue: str, period: int, tasks: list[Release]) -> list[str]:
+        """Release a closed period (once: a rerun releases nothing); returns the task ids that
+        entered the pool (a key released before is passed over)."""
+        args: list[bytes | str | int] = ["release", str(period), len(tasks)]
+        for t in tasks:
+            args += [t.key, t.task_id, repr(float(t.uncertainty)), t.payload]
+        out = await self._release(keys=release_keys(self.k, queue, period), args=args)
+        return [_s(x) for x in out]
 
     async def lease(
         self, *, queue: str, owner: str, n: int, now_ms: int, ttl_ms: int
@@ -107,12 +167,16 @@ class QueueStore:
         """After the label is committed to SQL, the payload leaves Redis."""
         await self.r.hdel(self._key(queue, "tasks"), task_id)
 
+    async def count(self, *, queue: str, field: str, n: int) -> None:
+        """Add ``n`` to one of the queue's ``STATS_COUNTERS``."""
+        await self.r.hincrby(self._key(queue, "stats"), field, n)
+
     async def stats(self, *, queue: str) -> dict[str, Any]:
+        """Counters a submitter may see: none depends on which candidates were sampled
+        (received, and what follows from the releases)."""
         pool = self._key(queue, "pool")
         pipe = self.r.pipeline(transaction=False)
         pipe.hgetall(self._key(queue, "stats"))
-        pipe.pfcount(self._key(queue, "hll"))
-        pipe.hlen(self._key(queue, "watch"))
         pipe.zcard(pool)
         pipe.zcard(self._key(queue, "leases"))
         for i in range(HISTOGRAM_BINS):
@@ -122,15 +186,10 @@ class QueueStore:
         res = await pipe.execute()
         counters = {_s(k): int(v) for k, v in res[0].items()}
         return {
-            **{
-                f: counters.get(f, 0)
-                for f in ("received", "sampled", "released", "labelled", "skipped")
-            },
-            "distinct": int(res[1]),
-            "tracking": int(res[2]),
-            "in_pool": int(res[3]),
-            "leased": int(res[4]),
-            "histogram": [int(x) for x in res[5:]],
+            **{f: counters.get(f, 0) for f in STATS_COUNTERS},
+            "in_pool": int(res[1]),
+            "leased": int(res[2]),
+            "histogram": [int(x) for x in res[3:]],
         }
 
     async def requeue_expired(self, *, queue: str, now_ms: int) -> int:

@@ -1,90 +1,24 @@
 """Redis side of windows: noise-initialised tables, window state, epoch pointers, the
-count-period aggregate, the hot stream (DESIGN §3, §7). No rules here: see ``service``."""
+count-period aggregate, the hot stream (docs/ARCHITECTURE.md). No rules here: see
+``service.windows`` and ``service.lifecycle``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
-import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from service.core import cells as cell_codec
+from service.core.aggregate import Aggregate
 from service.keys import Keys
 from service.lua import source
-from service.streams.runtime import StreamRuntime
 
 log = logging.getLogger("selectivity.windows")
-
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-@dataclass
-class Aggregate:
-    """Sum of the count period's tables for one epoch: one flat int64 array in memory, the
-    tables in ``layout`` order and then the prior table's L cells. Stored like the window
-    tables, as big-endian int32 (half the bytes of int64 for every roll and every API process
-    that loads it); a sum beyond the int32 range saturates, as window cells do (BITFIELD SAT)."""
-
-    epoch: int
-    lo: int
-    hi: int
-    windows: list[int]  # the windows actually summed (those of [lo, hi] that exist)
-    layout: list[tuple[int, int]]  # (table id, number of cells), in storage order
-    cells: np.ndarray  # flat int64
-
-    @property
-    def n_windows(self) -> int:
-        return len(self.windows)
-
-    @cached_property
-    def tables(self) -> dict[int, np.ndarray]:
-        """Table id → its flat cells (views into ``cells``)."""
-        out: dict[int, np.ndarray] = {}
-        pos = 0
-        for tid, size in self.layout:
-            out[tid] = self.cells[pos : pos + size]
-            pos += size
-        return out
-
-    @property
-    def prior(self) -> np.ndarray:
-        return self.cells[sum(size for _, size in self.layout) :]
-
-    def aligned(self, layout: list[tuple[int, int]], n_labels: int) -> np.ndarray:
-        """A copy of the cells laid out as ``layout`` (tables it lacks are zeros)."""
-        if layout == self.layout:
-            return self.cells.copy()
-        mine = self.tables
-        parts = [mine.get(tid, np.zeros(size, np.int64)) for tid, size in layout]
-        prior = self.prior if self.prior.size == n_labels else np.zeros(n_labels, np.int64)
-        return np.concatenate([*parts, prior])
-
-    def to_redis(self) -> dict[str, bytes]:
-        meta = {
-            "epoch": self.epoch,
-            "lo": self.lo,
-            "hi": self.hi,
-            "windows": self.windows,
-            "tables": [list(x) for x in self.layout],
-        }
-        cells = self.cells
-        if cells.size and (cells.max() > INT32_MAX or cells.min() < INT32_MIN):
-            cells = np.clip(cells, INT32_MIN, INT32_MAX)
-        blob = cells.astype(">i4")
-        return {"meta": orjson.dumps(meta), "cells": blob.tobytes()}
-
-    @classmethod
-    def from_redis(cls, data: dict[bytes, bytes]) -> Aggregate:
-        meta = orjson.loads(data[b"meta"])
-        cells = np.frombuffer(data[b"cells"], dtype=">i4").astype(np.int64)
-        layout = [(int(t), int(n)) for t, n in meta["tables"]]
-        return cls(meta["epoch"], meta["lo"], meta["hi"], meta["windows"], layout, cells)
 
 
 class WindowStore:
@@ -101,7 +35,7 @@ class WindowStore:
 
     async def write_tables(
         self,
-        rt: StreamRuntime,
+        s: str,
         w: int,
         tables: dict[int, np.ndarray],
         prior: np.ndarray,
@@ -109,13 +43,13 @@ class WindowStore:
         state: str,
     ) -> bool:
         """Write noise-initialised tables unless the window already opened; atomic."""
-        keys = [self.k.meta(rt.name, w)]
+        keys = [self.k.meta(s, w)]
         args: list[bytes | str] = []
         for tid, cells in tables.items():
-            keys.append(self.k.table(rt.name, w, tid))
-            args.append(np.asarray(cells, dtype=">i4").tobytes())
-        keys.append(self.k.prior(rt.name, w))
-        args.append(np.asarray(prior, dtype=">i4").tobytes())
+            keys.append(self.k.table(s, w, tid))
+            args.append(cell_codec.encode(cells))
+        keys.append(self.k.prior(s, w))
+        args.append(cell_codec.encode(prior))
         args.append(state)
         return bool(await self._prepare(keys=keys, args=args))
 
@@ -123,34 +57,32 @@ class WindowStore:
         await self.r.hset(self.k.meta(s, w), "state", state)
 
     async def read_window(
-        self, rt: StreamRuntime, w: int, table_ids: Sequence[int]
+        self, s: str, w: int, table_ids: Sequence[int], *, cells: int
     ) -> np.ndarray | None:
         """A window's tables (in ``table_ids`` order) and its prior table as one flat int64
         array, in one MGET; None if the window has no tables (never existed or deleted). A
-        table missing in a window that has others reads as zeros (it did not exist yet)."""
-        keys = [self.k.table(rt.name, w, t) for t in table_ids] + [self.k.prior(rt.name, w)]
+        table missing in a window that has others reads as zeros (it did not exist yet); a
+        table has ``cells`` cells."""
+        keys = [self.k.table(s, w, t) for t in table_ids] + [self.k.prior(s, w)]
         raw = cast(list[bytes | None], await self.r.mget(keys))
         if raw[-1] is None:
             return None
-        zeros = bytes(4 * rt.spec.cells)
-        blob = b"".join(b if b is not None else zeros for b in raw)
-        return np.frombuffer(blob, ">i4").astype(np.int64)
+        zeros = cell_codec.zeros(cells)
+        return cell_codec.decode(b"".join(b if b is not None else zeros for b in raw))
 
     async def read_tables(
-        self, rt: StreamRuntime, w: int, table_ids: Sequence[int]
+        self, s: str, w: int, table_ids: Sequence[int], *, cells: int
     ) -> tuple[dict[int, np.ndarray], np.ndarray] | None:
         """The same, split per table: ({table id: cells}, prior)."""
-        flat = await self.read_window(rt, w, table_ids)
+        flat = await self.read_window(s, w, table_ids, cells=cells)
         if flat is None:
             return None
-        n = rt.spec.cells
+        n = cells
         tables = {tid: flat[i * n : (i + 1) * n] for i, tid in enumerate(table_ids)}
         return tables, flat[len(table_ids) * n :]
 
-    async def delete_tables(self, rt: StreamRuntime, w: int, table_ids: Sequence[int]) -> None:
-        await self.r.delete(
-            *[self.k.table(rt.name, w, t) for t in table_ids], self.k.prior(rt.name, w)
-        )
+    async def delete_tables(self, s: str, w: int, table_ids: Sequence[int]) -> None:
+        await self.r.delete(*[self.k.table(s, w, t) for t in table_ids], self.k.prior(s, w))
 
     async def delete_hot(self, s: str, w: int) -> None:
         await self.r.delete(self.k.hot(s, w), self.k.cols(s, w), self.k.users(s, w))
@@ -206,7 +138,7 @@ class WindowStore:
     ) -> tuple[bytes, int, bytes] | None:
         """Up to ``count`` entries of window ``w``'s hot stream in ``[start, end]``:
         ``(last entry id, number of entries, b'row,row,...')`` with each entry's raw JSON row
-        (``service.features.hotrows`` reads it), or None when there are none. One bulk string
+        (``service.core.hotrows`` reads it), or None when there are none. One bulk string
         instead of a reply object per entry: an XRANGE parsed entry by entry was most of a
         train-set chunk's reading time."""
         res = await self._chunk(keys=[self.k.hot(s, w)], args=[start, end, count])
@@ -233,7 +165,8 @@ class WindowStore:
         return self.r.lock(self.k.lock(s, what), timeout=timeout, blocking_timeout=blocking_timeout)
 
     async def rewrite_aof(self) -> bool:
-        """Rewrite the AOF so deleted hot data leaves the persistence files (DESIGN §7)."""
+        """Rewrite the AOF so deleted hot data leaves the persistence files
+        (docs/ARCHITECTURE.md, "Storage")."""
         try:
             conf = await self.r.config_get("appendonly")
         except Exception:  # CONFIG may be disabled on managed Redis

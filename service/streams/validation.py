@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from service.core.runtime import StreamRuntime
 from service.errors import ValidationError
-from service.streams.runtime import StreamRuntime
 
 
 def check_rows(

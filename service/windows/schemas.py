@@ -2,14 +2,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class WindowOut(BaseModel):
     epoch: int
     state: str
     period: str  # "open" | "hot" | "count" | "expired"
-    observations: int | None
+    observations: int | None = Field(
+        description="observations accepted into the window, while it is in the hot period; "
+        "null once it left it (an exact count is not kept past the raw data's period)"
+    )
     opened_at: datetime
     closed_at: datetime | None
     cold_sealed_at: datetime | None

@@ -2,16 +2,16 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from service.admin.service import bootstrap_admin
 from service.config import Settings
 from service.db.models import ApiKey
 from tests.conftest import Api
+from tests.serving import cli, cli_env
 
 
 async def test_keys_are_hashed_at_rest_and_shown_once(api: Api) -> None:
@@ -60,23 +60,12 @@ async def test_bootstrap_admin_key_file_is_private(api: Api, tmp_path) -> None: 
         await engine.dispose()
 
 
-def test_cli_create_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    env = {
-        **os.environ,
-        "SELECTIVITY_DATA_DIR": str(tmp_path),
-        "SELECTIVITY_DATABASE_URL": f"sqlite:///{tmp_path / 'c.db'}",
-    }
-    run = [sys.executable, "-m", "service.cli"]
-    subprocess.run([*run, "migrate"], env=env, check=True, capture_output=True)
-    out = subprocess.run(
-        [*run, "admin", "create-key", "--role", "model"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+@pytest.mark.slow
+def test_cli_create_key(tmp_path: Path) -> None:
+    env = cli_env(DATA_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path / 'c.db'}")
+    cli("migrate", env=env).check_returncode()
+    out = cli("admin", "create-key", "--role", "model", env=env)
+    out.check_returncode()
     assert out.stdout.strip().startswith("sk_")
-    bad = subprocess.run(
-        [*run, "admin", "create-key", "--role", "wizard"], env=env, capture_output=True, text=True
-    )
+    bad = cli("admin", "create-key", "--role", "wizard", env=env)
     assert bad.returncode != 0 and "wizard" in bad.stderr

@@ -96,10 +96,9 @@ async def test_health_and_openapi(api: Api) -> None:
 async def test_a_failed_creation_leaves_nothing_that_breaks_the_next(api: Api) -> None:
     """Redis state left by a creation whose SQL transaction failed must not break a later
     creation of the same name (whose tables get other ids)."""
-    from service.windows.service import store_of
 
     name = unique("again")
-    store = store_of(api.ctx)
+    store = api.ctx.stores.windows
     await store.set_state(name, 1, "open")  # a leftover: open window 1 without our tables
     await store.set_epoch(name, 7)
     r = await api.post("/v1/streams", json=stream_body(name))

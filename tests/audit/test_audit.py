@@ -3,6 +3,8 @@ edited, removed or reordered entry."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, select, update
 
 from service.audit import service as audit
@@ -40,6 +42,26 @@ async def test_privileged_actions_are_recorded_over_http(api: Api) -> None:
     assert ("admin.create_key", f"key:{r.json()['id']}") in mine
     assert r.json()["key"] not in str(page)  # the key itself is never logged
     assert (await api.get("/v1/admin/audit", "analyst")).status_code == 403
+    assert (await _verify(api.ctx)).ok
+
+
+async def test_queue_creation_and_label_exports_are_recorded(api: Api) -> None:
+    name = unique("audq")
+    body = {"name": name, "beta": 0.1, "k": 10, "labels": ["0", "1"], "payload_kind": "text"}
+    assert (await api.post("/v1/queues", json=body)).status_code == 201, body
+    r = await api.get(f"/v1/queues/{name}/labels", params={"limit": 50})
+    assert r.status_code == 200
+    page: list[dict[str, Any]] = []
+    after: int | None = 0
+    while after is not None:  # the session's log may be long: read it to the end
+        got = (await api.get("/v1/admin/audit", params={"limit": 1000, "after": after})).json()
+        page, after = page + got["entries"], got["next_after"]
+    mine = {(e["action"], e["target"]): e for e in page}
+    created = mine[("queue.create", f"queue:{name}")]
+    assert created["detail"]["config"]["beta"] == 0.1 and created["detail"]["config"]["k"] == 10
+    assert created["detail"]["delta"] > 0 and created["key_version"] == 1
+    export = mine[("queue.export_labels", f"queue:{name}")]
+    assert export["detail"] == {"after": 0, "limit": 50, "exported": 0}
     assert (await _verify(api.ctx)).ok
 
 

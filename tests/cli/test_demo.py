@@ -3,31 +3,20 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.serving import serving
+import pytest
+
+from tests.serving import cli, serving
+
+pytestmark = pytest.mark.slow  # `selectivity serve` and `selectivity demo` in subprocesses
 
 
 def test_demo_runs_end_to_end_against_the_server(tmp_path: Path) -> None:
     with serving(tmp_path) as server:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "service.cli",
-                "demo",
-                "--url",
-                server.base,
-                "--windows",
-                "3",
-                "--rows",
-                "2000",
-            ],
+        p = cli(
+            *("demo", "--url", server.base, "--windows", "3", "--rows", "2000"),
             env=server.env,  # finds the bootstrap admin key in the data dir
-            capture_output=True,
-            text=True,
             timeout=300,
         )
         server.stop()

@@ -13,6 +13,8 @@ import pytest
 
 from tests.serving import serving
 
+pytestmark = pytest.mark.slow  # `selectivity serve` in a subprocess, the walkthrough in bash
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -8,8 +8,11 @@ import signal
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.serving import serving
+
+pytestmark = pytest.mark.slow  # `selectivity serve` in a subprocess
 
 
 def test_serve_embedded_starts_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -1,40 +1,42 @@
 """Issue 5's flow as an operator runs it, with the real CLI against `selectivity serve` on the
-embedded defaults: the first start creates the cold-store key (3 shares, threshold 2, in files
-with a warning); ingest, rolls, the in-process worker seals and expires; an analyst requests,
-two admins approve with their shares on stdin, the analyst exports; `audit verify` passes."""
+embedded defaults: the first start creates the cold-store key (3 shares, threshold 2) and writes
+its shares to the file the operator named outside the data dir (SELECTIVITY_COLDSTORE_SHARES_FILE);
+ingest, rolls, the in-process worker seals and expires; an analyst requests, two admins approve
+with their shares on stdin, the analyst exports; `audit verify` passes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
-from tests.serving import serving
+from tests.serving import cli, serving
+
+pytestmark = pytest.mark.slow  # `selectivity serve` and the CLI in subprocesses
 
 
 def _cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    p = subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = cli(*args, env=env, stdin=stdin)
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
 
 
 def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
-    with serving(tmp_path, SCHEDULER_SECONDS="1") as server:
+    shares_file = tmp_path / "offline" / "shares.txt"
+    shares_file.parent.mkdir()
+    with serving(tmp_path, SCHEDULER_SECONDS="1", COLDSTORE_SHARES_FILE=str(shares_file)) as server:
         env, base, data = server.env, server.base, server.data_dir
         admin = (data / "admin.key").read_text().strip()
-        shares = sorted((data / "coldstore-shares").glob("key*-share*.txt"))
-        assert len(shares) == 3 and all(p.stat().st_mode & 0o077 == 0 for p in shares)
+        assert shares_file.stat().st_mode & 0o777 == 0o600
+        shares = [
+            line.split(": ", 1)[1]
+            for line in shares_file.read_text().splitlines()
+            if line.startswith("share ")
+        ]
+        assert len(shares) == 3
         h = {"Authorization": f"Bearer {admin}"}
         body = {
             "name": "clicks",
@@ -85,13 +87,9 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             "ticket 42: verify a label",
         )
         rid = orjson.loads(out)["id"]
-        out = _cli(
-            env, "unlock", "approve", *common, "--key", admin, rid, stdin=shares[0].read_text()
-        )
+        out = _cli(env, "unlock", "approve", *common, "--key", admin, rid, stdin=shares[0] + "\n")
         assert orjson.loads(out)["status"] == "pending"
-        out = _cli(
-            env, "unlock", "approve", *common, "--key", admin2, rid, stdin=shares[2].read_text()
-        )
+        out = _cli(env, "unlock", "approve", *common, "--key", admin2, rid, stdin=shares[2] + "\n")
         assert orjson.loads(out)["status"] == "granted"
         dest = tmp_path / "export.ndjson"
         _cli(env, "unlock", "export", *common, "--key", analyst, rid, "--out", str(dest))
@@ -119,7 +117,7 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             assert a in actions, a
         server.stop()
     log = server.log
-    assert "belong OFFLINE" in log
-    for p in shares:  # no share, and no observation, in the server's log
-        assert p.read_text().strip() not in log
+    assert "OFFLINE" in log and str(shares_file) in log
+    for share in shares:  # no share, and no observation, in the server's log
+        assert share not in log
     assert "u1" not in log.split() and "o17" not in log

@@ -4,9 +4,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from sqlalchemy import select
 
 from service.coldstore import service as coldstore
 from service.context import AppContext
+from service.db.models import ColdSegment, Stream
 from tests.conftest import Api, unique
 from tests.helpers import obs, stream_body
 
@@ -46,3 +48,16 @@ def rows(n: int, tag: str, label: str = "1") -> list[dict]:
         obs(f"{tag}-u{i % 7}", f"{tag}-i{i}", 20 + i % 40, label, id_=f"{tag}-{i}")
         for i in range(n)
     ]
+
+
+async def segments(ctx: AppContext, name: str) -> list[ColdSegment]:
+    """The stream's cold segments, in window order."""
+    async with ctx.sessionmaker() as s:
+        sid = await s.scalar(select(Stream.id).where(Stream.name == name))
+        return list(
+            await s.scalars(
+                select(ColdSegment)
+                .where(ColdSegment.stream_id == sid)
+                .order_by(ColdSegment.epoch, ColdSegment.id)
+            )
+        )

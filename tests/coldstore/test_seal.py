@@ -14,22 +14,9 @@ from sqlalchemy import select, text
 from service.coldstore import crypto, files
 from service.coldstore import service as coldstore
 from service.context import AppContext
-from service.db.models import Base, ColdSegment, Stream, Window
-from service.windows.service import store_of
-from tests.coldstore.conftest import Key, rows, sealed_stream
-from tests.conftest import Api
-
-
-async def _segments(ctx: AppContext, name: str) -> list[ColdSegment]:
-    async with ctx.sessionmaker() as s:
-        sid = await s.scalar(select(Stream.id).where(Stream.name == name))
-        return list(
-            await s.scalars(
-                select(ColdSegment)
-                .where(ColdSegment.stream_id == sid)
-                .order_by(ColdSegment.epoch, ColdSegment.id)
-            )
-        )
+from service.db.models import Base, Stream, Window
+from tests.coldstore.conftest import Key, rows, sealed_stream, segments
+from tests.conftest import Api, Jobs
 
 
 async def _windows(ctx: AppContext, name: str) -> dict[int, Window]:
@@ -39,15 +26,16 @@ async def _windows(ctx: AppContext, name: str) -> dict[int, Window]:
 
 
 async def test_seal_writes_segments_that_decrypt_to_every_entry_once(
-    api: Api, cold_key: Key
+    api: Api, cold_key: Key, jobs: Jobs
 ) -> None:
     ctx = api.ctx
     name = await sealed_stream(api, [rows(23, "a"), rows(5, "b")], hot_windows=2)  # epoch 3
     stats = await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=10)
+    await jobs()  # the selection rounds that read window 1 (expiry waits for them)
     assert stats.entries == 28 and stats.segments == 3 + 1 and stats.windows_sealed == 2
     again = await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=10)
     assert again.entries == 0 and again.segments == 0  # idempotent
-    segs = await _segments(ctx, name)
+    segs = await segments(ctx, name)
     sk = crypto.combine(
         cold_key.shares[:2],
         public_key=(await _pub(ctx, cold_key.id)),
@@ -70,8 +58,8 @@ async def test_seal_writes_segments_that_decrypt_to_every_entry_once(
     assert ws[1].cold_sealed_at is not None and ws[2].cold_sealed_at is not None
     # window 1 left the hot period ([2, 3] at epoch 3): expire deleted it; window 2 is hot
     assert ws[1].hot_deleted_at is not None and ws[2].hot_deleted_at is None
-    assert await store_of(ctx).hot_length(name, 1) == 0
-    assert await store_of(ctx).hot_length(name, 2) == 5
+    assert await ctx.stores.windows.hot_length(name, 1) == 0
+    assert await ctx.stores.windows.hot_length(name, 2) == 5
 
 
 async def _pub(ctx: AppContext, key_id: int) -> bytes:
@@ -101,13 +89,13 @@ async def test_open_window_is_sealed_in_full_segments_only_and_never_expired(
     assert stats.entries == 20 and stats.windows_sealed == 0
     ws = await _windows(ctx, name)
     assert ws[1].seal_cursor is not None and ws[1].cold_sealed_at is None
-    assert await store_of(ctx).hot_length(name, 1) == 25
+    assert await ctx.stores.windows.hot_length(name, 1) == 25
 
 
 async def test_without_a_seal_the_hot_data_is_kept(api: Api, cold_key: Key) -> None:
     ctx = api.ctx
     name = await sealed_stream(api, [rows(4, "k"), [], []])  # epoch 4: window 1 left the hot period
-    assert await store_of(ctx).hot_length(name, 1) == 4  # not sealed → not deleted
+    assert await ctx.stores.windows.hot_length(name, 1) == 4  # not sealed → not deleted
 
 
 async def test_a_crash_between_file_and_index_leaves_no_orphan_and_no_double(
@@ -129,7 +117,7 @@ async def test_a_crash_between_file_and_index_leaves_no_orphan_and_no_double(
         await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=5)
     monkeypatch.setattr(files, "write_atomic", real)
     stats = await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=5)
-    segs = await _segments(ctx, name)
+    segs = await segments(ctx, name)
     assert sum(s.count for s in segs) == 12 and len(segs) == 3
     on_disk = sorted(str(p) for p in Path(segs[0].path).parent.glob("*.seg"))
     assert on_disk == sorted(s.path for s in segs)  # the unindexed file was removed
@@ -145,7 +133,7 @@ async def test_a_changed_segment_blocks_the_window_seal(api: Api, cold_key: Key)
         f"/v1/streams/{name}/observations", "producer", json={"observations": rows(10, "d")}
     )
     await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=10)  # open window: 1 segment
-    seg = (await _segments(ctx, name))[0]
+    seg = (await segments(ctx, name))[0]
     data = bytearray(Path(seg.path).read_bytes())
     data[-1] ^= 1
     Path(seg.path).write_bytes(bytes(data))
@@ -153,7 +141,7 @@ async def test_a_changed_segment_blocks_the_window_seal(api: Api, cold_key: Key)
     stats = await coldstore.seal_stream(ctx=ctx, name=name, segment_entries=10)
     assert stats.problems == 1 and stats.windows_sealed == 0
     assert (await _windows(ctx, name))[1].cold_sealed_at is None
-    assert await store_of(ctx).hot_length(name, 1) == 10
+    assert await ctx.stores.windows.hot_length(name, 1) == 10
 
 
 async def _redis_values(ctx: AppContext) -> bytes:
@@ -199,6 +187,7 @@ async def _wait_aof_rewrite(ctx: AppContext) -> None:
 async def test_canary_is_nowhere_after_seal_and_expire(
     api: Api,
     cold_key: Key,
+    jobs: Jobs,
     backend,
     caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -216,6 +205,7 @@ async def test_canary_is_nowhere_after_seal_and_expire(
         assert any(canary.encode() in p.read_bytes() for p in redis_dir.rglob("*aof*"))
     stats = await coldstore.seal_stream(ctx=ctx, name=name)
     assert stats.windows_sealed >= 1
+    await jobs()  # the selection rounds that read window 1 (expiry waits for them)
     assert (await _windows(ctx, name))[1].hot_deleted_at is not None
     assert canary.encode() not in await _redis_values(ctx)
     assert canary not in await _sql_dump(ctx)
@@ -237,7 +227,7 @@ async def test_aof_rewrites_back_to_back_both_start(ctx: AppContext, backend) ->
     started before the delete it is meant to flush out)."""
     if backend.embedded is None:
         pytest.skip("the shared test Redis runs without persistence")
-    store = store_of(ctx)
+    store = ctx.stores.windows
     await ctx.redis.set(f"{ctx.keys.prefix}:bulk", b"x" * 5_000_000)
     assert await store.rewrite_aof()
     assert await store.rewrite_aof()

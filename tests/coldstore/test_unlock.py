@@ -1,8 +1,10 @@
-"""Break-glass unlock over HTTP (DESIGN §10): request, approvals with shares, grant, export of
+"""Break-glass unlock over HTTP (docs/ARCHITECTURE.md, "Cold store and break-glass unlock"):
+request, approvals with shares, grant, export of
 the requested range only, expiry and close; refusals; tamper detection at export."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,17 +14,11 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import select, update
 
-from service.admin import service as keys_service
-from service.coldstore import crypto
+from service.coldstore import crypto, unlock
 from service.coldstore import service as coldstore
-from service.db.models import ColdSegment, Stream, UnlockRequest
-from tests.coldstore.conftest import Key, rows, sealed_stream
+from service.db.models import ColdSegment, Stream, UnlockApproval, UnlockRequest
+from tests.coldstore.conftest import Key, rows, sealed_stream, segments
 from tests.conftest import Api
-
-
-async def _admins(api: Api, n: int) -> list[str]:
-    async with api.ctx.sessionmaker() as s, s.begin():
-        return [(await keys_service.create(session=s, role="admin")).key for _ in range(n)]
 
 
 def _h(key: str) -> dict[str, str]:
@@ -61,7 +57,7 @@ async def test_full_flow_two_of_three_exports_exactly_the_requested_windows(
     name = await _sealed(api)
     req = await _request(api, name)
     assert req["status"] == "pending" and req["threshold"] == 2
-    a1, a2 = await _admins(api, 2)
+    a1, a2 = await api.add_keys(a1="admin", a2="admin")
     # before the grant, nothing can be exported
     r = await api.get(f"/v1/admin/unlock-requests/{req['id']}/export", "analyst")
     assert r.status_code == 409
@@ -99,7 +95,7 @@ async def test_full_flow_two_of_three_exports_exactly_the_requested_windows(
     # close: the key is wiped, export refused
     r = await api.post(f"/v1/admin/unlock-requests/{req['id']}/close", "analyst")
     assert r.json()["status"] == "closed"
-    assert not api.ctx.caches["vault"].grants
+    assert not api.ctx.vault.grants
     r = await api.get(f"/v1/admin/unlock-requests/{req['id']}/export", "analyst")
     assert r.status_code == 409
 
@@ -108,7 +104,7 @@ async def test_refusals_wrong_duplicate_and_too_few_shares(api: Api, cold_key: K
     name = await _sealed(api)
     req = await _request(api, name)
     rid = req["id"]
-    a1, a2, a3 = await _admins(api, 3)
+    a1, a2, a3 = await api.add_keys(a1="admin", a2="admin", a3="admin")
     words = cold_key.shares[0].split()
     words[3] = "academic" if words[3] != "academic" else "acid"
     r = await _approve(api, rid, a1, " ".join(words))
@@ -140,7 +136,7 @@ async def test_refusals_wrong_duplicate_and_too_few_shares(api: Api, cold_key: K
 async def test_an_expired_grant_is_closed_and_its_key_wiped(api: Api, cold_key: Key) -> None:
     name = await _sealed(api)
     req = await _request(api, name)
-    a1, a2 = await _admins(api, 2)
+    a1, a2 = await api.add_keys(a1="admin", a2="admin")
     await _approve(api, req["id"], a1, cold_key.shares[0])
     assert (await _approve(api, req["id"], a2, cold_key.shares[1])).json()["status"] == "granted"
     async with api.ctx.sessionmaker() as s, s.begin():  # the clock moves past the TTL
@@ -149,25 +145,17 @@ async def test_an_expired_grant_is_closed_and_its_key_wiped(api: Api, cold_key: 
             .where(UnlockRequest.id == req["id"])
             .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
         )
-    api.ctx.caches["vault"].grants[req["id"]].expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    api.ctx.vault.grants[req["id"]].expires_at = datetime.now(UTC) - timedelta(seconds=1)
     r = await api.get(f"/v1/admin/unlock-requests/{req['id']}/export", "analyst")
     assert r.status_code == 409 and "expired" in r.json()["detail"]
-    assert req["id"] not in api.ctx.caches["vault"].grants
+    assert req["id"] not in api.ctx.vault.grants
 
 
 async def test_tampered_segments_are_reported_and_the_export_goes_on(
     api: Api, cold_key: Key
 ) -> None:
     name = await _sealed(api)
-    async with api.ctx.sessionmaker() as s:
-        sid = await s.scalar(select(Stream.id).where(Stream.name == name))
-        segs = list(
-            await s.scalars(
-                select(ColdSegment)
-                .where(ColdSegment.stream_id == sid)
-                .order_by(ColdSegment.epoch, ColdSegment.id)
-            )
-        )
+    segs = await segments(api.ctx, name)
     assert [x.epoch for x in segs] == [1, 1, 1, 2, 2, 3]
     # a flipped byte in window 1's second segment
     p = Path(segs[1].path)
@@ -181,7 +169,7 @@ async def test_tampered_segments_are_reported_and_the_export_goes_on(
     Path(segs[3].path).write_bytes(crypto.MAGIC + len(hb).to_bytes(4, "big") + hb + body_a)
     Path(segs[4].path).write_bytes(crypto.MAGIC + len(ha).to_bytes(4, "big") + ha + body_b)
     req = await _request(api, name, to_window=3)
-    a1, a2 = await _admins(api, 2)
+    a1, a2 = await api.add_keys(a1="admin", a2="admin")
     await _approve(api, req["id"], a1, cold_key.shares[0])
     await _approve(api, req["id"], a2, cold_key.shares[2])
     r = await api.get(f"/v1/admin/unlock-requests/{req['id']}/export", "analyst")
@@ -299,7 +287,7 @@ async def test_time_ranges(api: Api, cold_key: Key) -> None:
         from_time=(now - timedelta(hours=1)).isoformat(),
         to_time=(now + timedelta(hours=1)).isoformat(),
     )
-    a1, a2 = await _admins(api, 2)
+    a1, a2 = await api.add_keys(a1="admin", a2="admin")
     await _approve(api, req["id"], a1, cold_key.shares[0])
     await _approve(api, req["id"], a2, cold_key.shares[1])
     r = await api.get(f"/v1/admin/unlock-requests/{req['id']}/export", "analyst")
@@ -310,3 +298,80 @@ async def test_time_ranges(api: Api, cold_key: Key) -> None:
         params={"from_time": (now - timedelta(hours=2)).isoformat()},
     )
     assert r.status_code == 403
+
+
+async def _approvals(api: Api, rid: str) -> int:
+    r = await api.get(f"/v1/admin/unlock-requests/{rid}", "analyst")
+    assert r.status_code == 200, r.text
+    return int(r.json()["approvals"])
+
+
+async def test_a_pending_share_is_wiped_when_its_ttl_runs_out(
+    api: Api, cold_key: Key, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shares wait for the threshold at most ``unlock_share_ttl_seconds``: then the API
+    process's timer wipes the share from memory, unprompted, and its approval is withdrawn; the
+    threshold needs fresh shares."""
+    monkeypatch.setattr(api.ctx.settings, "unlock_share_ttl_seconds", 1)
+    name = await _sealed(api)
+    rid = (await _request(api, name))["id"]
+    a1, a2, a3 = await api.add_keys(a1="admin", a2="admin", a3="admin")
+    r = await _approve(api, rid, a1, cold_key.shares[0])
+    assert r.json()["status"] == "pending"
+    held = api.ctx.vault.pending[rid]
+    share = next(iter(held.values()))
+    assert share.value == cold_key.shares[0]
+    await asyncio.sleep(1.3)  # no call in between: the timer alone wipes it
+    assert share.value is None and rid not in api.ctx.vault.pending
+    assert await _approvals(api, rid) == 0  # withdrawn in SQL too
+    r = await _approve(api, rid, a2, cold_key.shares[1])
+    assert r.json()["status"] == "pending" and r.json()["approvals"] == 1
+    r = await _approve(api, rid, a3, cold_key.shares[2])
+    assert r.json()["status"] == "granted", r.text
+    assert rid not in api.ctx.vault.pending
+    entries = (await api.get("/v1/admin/audit", params={"limit": 1000})).json()["entries"]
+    expired = [e for e in entries if e["action"] == "unlock.shares_expired"]
+    assert [e["target"] for e in expired] == [f"unlock:{rid}"]
+
+
+async def test_the_expiry_job_withdraws_stale_approvals_and_wipes_their_shares(
+    api: Api, cold_key: Key
+) -> None:
+    """The ``unlock_expire_grants`` job: approvals past the TTL are withdrawn in SQL (whichever
+    process runs it) and their shares wiped from this process; younger ones stay. A share
+    whose approval another process withdrew is dropped at the next approval."""
+    ttl = api.ctx.settings.unlock_share_ttl_seconds
+    assert ttl == 900  # the documented default
+    name = await _sealed(api)
+    old_rid = (await _request(api, name))["id"]
+    young_rid = (await _request(api, name))["id"]
+    a1, a2 = await api.add_keys(a1="admin", a2="admin")
+    await _approve(api, old_rid, a1, cold_key.shares[0])
+    await _approve(api, young_rid, a1, cold_key.shares[0])
+    past = datetime.now(UTC) - timedelta(seconds=ttl + 1)
+    async with api.ctx.sessionmaker() as s, s.begin():  # the clock moves past the TTL
+        await s.execute(
+            update(UnlockApproval)
+            .where(UnlockApproval.request_id == old_rid)
+            .values(created_at=past)
+        )
+    old_share = next(iter(api.ctx.vault.pending[old_rid].values()))
+    old_share.expires_at = past + timedelta(seconds=ttl)
+    await unlock.expire_grants(ctx=api.ctx)
+    assert old_rid not in api.ctx.vault.pending and old_share.value is None
+    assert await _approvals(api, old_rid) == 0
+    assert len(api.ctx.vault.pending[young_rid]) == 1 and await _approvals(api, young_rid) == 1
+    # another process (the standalone worker) withdrew the young approval in SQL: the share
+    # this process still holds no longer counts towards the threshold
+    async with api.ctx.sessionmaker() as s, s.begin():
+        await s.execute(
+            update(UnlockApproval)
+            .where(UnlockApproval.request_id == young_rid)
+            .values(created_at=past)
+        )
+    saved = api.ctx.vault.pending.pop(young_rid)  # as if the job ran in another process
+    await unlock.expire_grants(ctx=api.ctx)
+    api.ctx.vault.pending[young_rid] = saved
+    r = await _approve(api, young_rid, a2, cold_key.shares[1])
+    assert r.json()["status"] == "pending" and r.json()["approvals"] == 1, r.text
+    assert [s.value for s in api.ctx.vault.pending[young_rid].values()] == [cold_key.shares[1]]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.windows.store import INT32_MAX, INT32_MIN, Aggregate
+from service.core.aggregate import Aggregate
+from service.core.cells import INT32_MAX, INT32_MIN
 
 
 def test_round_trip_and_saturation() -> None:

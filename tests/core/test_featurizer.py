@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from service.core.aggregate import Aggregate
 from service.core.featurize import (
     FeatureSpec,
     assemble,
@@ -23,11 +24,10 @@ from service.core.featurize import (
     row_keys,
     table_keys,
 )
+from service.core.featurizer import Featurizer
+from service.core.runtime import StreamRuntime, TableRef
 from service.core.sketch import estimate, hash_keys
-from service.features.service import Featurizer
-from service.streams.runtime import StreamRuntime, TableRef
 from service.streams.schemas import StreamCreate
-from service.windows.store import Aggregate
 from tests.conftest import Api, unique
 from tests.helpers import obs, stream_body
 
@@ -238,9 +238,7 @@ async def test_train_batches_read_ahead_equal_featurize_and_stop_cleanly(
 async def test_hot_chunk_reads_rows_as_one_string(api: Api) -> None:
     from redis.exceptions import ResponseError
 
-    from service.windows.service import store_of
-
-    store = store_of(api.ctx)
+    store = api.ctx.stores.windows
     name = unique("chunk")
     key = api.ctx.keys.hot(name, 1)
     assert await store.hot_chunk(name, 1, "-", "+", 10) is None

@@ -17,13 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.core import hotrows
+from service.core.aggregate import Aggregate
 from service.core.featurize import FeatureSpec
-from service.features import hotrows
+from service.core.featurizer import Featurizer
+from service.core.runtime import StreamRuntime, TableRef
+from service.counting import service as counting
 from service.features import service as features
-from service.features.service import Featurizer
-from service.streams.runtime import StreamRuntime, TableRef
 from service.streams.schemas import StreamCreate
-from service.windows.store import Aggregate
 from tests.conftest import Api, unique
 from tests.helpers import stream_body
 
@@ -381,11 +382,9 @@ async def test_trainset_from_counted_runs_equals_the_trainset_from_json(
     """Rows the counting job has counted reach the train set by column (its Arrow IPC runs),
     the rest as JSON: the download holds bit for bit the rows read all from JSON, whether the
     window is counted in full, in part, or not at all; and the runs go with the hot data."""
-    from service.ingest import service as ingest
-    from service.windows.service import store_of
 
     monkeypatch.setattr(features, "TRAINSET_CHUNK", 7)
-    monkeypatch.setattr(ingest, "COUNT_CHUNK", 9)
+    monkeypatch.setattr(counting, "COUNT_CHUNK", 9)
     name = unique("runs")
     body = stream_body(name, hot_windows=2)
     assert (await api.post("/v1/streams", json=body)).status_code == 201
@@ -415,18 +414,18 @@ async def test_trainset_from_counted_runs_equals_the_trainset_from_json(
         return r.content
 
     rt = await features.streams.runtime(ctx=api.ctx, name=name)
-    store = store_of(api.ctx)
+    store = api.ctx.stores.windows
     await send(0)
-    await ingest.count_window(ctx=api.ctx, rt=rt, window=1)  # window 1 counted in full
+    await counting.count_window(ctx=api.ctx, rt=rt, window=1)  # window 1 counted in full
     assert await store.cols_length(name, 1) == 4  # runs of 9, 9, 9, 3
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
     await send(1)
     hot = api.ctx.keys.hot(name, 2)
     entries = await api.ctx.redis.xrange(hot, count=12)
     # window 2 counted in part: the first 12 of its 30 rows (the rest is read as JSON)
-    monkeypatch.setattr(ingest, "COUNT_CHUNK", 12)
+    monkeypatch.setattr(counting, "COUNT_CHUNK", 12)
     monkeypatch.setattr(store, "hot_last_id", _fixed(entries[-1][0], store.hot_last_id, name, 2))
-    assert await ingest.count_window(ctx=api.ctx, rt=rt, window=2) == 12
+    assert await counting.count_window(ctx=api.ctx, rt=rt, window=2) == 12
     monkeypatch.undo()
     monkeypatch.setattr(features, "TRAINSET_CHUNK", 7)
     assert await store.cols_length(name, 2) == 1
@@ -439,7 +438,7 @@ async def test_trainset_from_counted_runs_equals_the_trainset_from_json(
         table.combine_chunks().to_batches()[0], from_json.combine_chunks().to_batches()[0]
     )
     assert table.num_rows == 60 and table.column("id").to_pylist()[:2] == ["r0-0", "r0-1"]
-    await ingest.count_window(ctx=api.ctx, rt=rt, window=1)  # (a no-op: counted)
+    await counting.count_window(ctx=api.ctx, rt=rt, window=1)  # (a no-op: counted)
     await store.delete_hot(name, 1)
     assert not await api.ctx.redis.exists(api.ctx.keys.cols(name, 1))
 

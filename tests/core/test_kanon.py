@@ -1,12 +1,15 @@
-"""The Li–Qardaji–Su calculator (DESIGN §11): hand-computable cases, a brute-force check in
+"""The Li–Qardaji–Su calculator (docs/ARCHITECTURE.md, "Annotation queues"): hand-computable
+cases, a brute-force check in
 exact rational arithmetic, monotonicity, the inverses, and the input bounds."""
 
 from __future__ import annotations
 
 import math
 import time
+from decimal import Context, Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,19 +18,47 @@ from scipy import special
 from service.core import kanon
 
 
-def exact_delta(k: int, beta: float, epsilon: float, n_hi: int) -> float:
-    """max over n_m ≤ n ≤ n_hi of P[Bin(n, β) > γn], with math.comb and Fractions."""
-    g = kanon.gamma(beta=beta, epsilon=epsilon)
+def gamma_bracket(beta: float, epsilon: float) -> tuple[Fraction, Fraction]:
+    """γ = 1 − (1−β)e^−ε between two rationals 1e-58 apart (decimal's exp is correctly
+    rounded at 60 digits), independent of the module's own comparison."""
+    e = Fraction(Context(prec=60).exp(Decimal(-epsilon)))
+    slack = e / 10**59
+    one_minus = 1 - Fraction(beta)
+    return 1 - one_minus * (e + slack), 1 - one_minus * (e - slack)
+
+
+def exact_delta(
+    k: int, beta: float, epsilon: float, n_hi: int, *, g: Fraction | None = None
+) -> float:
+    """By the definition, in exact rational arithmetic: the max over every 1 ≤ N ≤ n_hi of
+    P[Bin(N, β) = j] summed over the released counts j ≥ k with j > γN (strictly: at j = γN
+    the likelihood ratio is e^ε exactly). γ is the exact rational ``g`` when given (the
+    boundary, γ = β(2−β)), else bracketed; a j the bracket cannot place fails the test."""
+    lo, hi = (g, g) if g is not None else gamma_bracket(beta, epsilon)
     b = Fraction(beta)
-    n_m = math.ceil(k / g - 1)
     best = Fraction(0)
-    for n in range(max(n_m, 1), n_hi + 1):
-        tail = sum(
-            (math.comb(n, j) * b**j * (1 - b) ** (n - j) for j in range(n + 1) if j > g * n),
-            Fraction(0),
-        )
+    for n in range(1, n_hi + 1):
+        tail = Fraction(0)
+        for j in range(k, n + 1):
+            if j > hi * n:
+                tail += math.comb(n, j) * b**j * (1 - b) ** (n - j)
+            else:
+                assert j <= lo * n, (j, n, "undecided")
         best = max(best, tail)
     return float(best)
+
+
+def covers(beta: float, epsilon: float) -> bool:
+    """ε ≥ −ln(1−β) exactly: (1−β)·e^ε ≥ 1, with e^ε bracketed at 60 digits (decisive)."""
+    e = Fraction(Context(prec=60).exp(Decimal(epsilon)))
+    one_minus = 1 - Fraction(beta)
+    lo, hi = one_minus * e * (1 - Fraction(1, 10**59)), one_minus * e * (1 + Fraction(1, 10**59))
+    assert lo >= 1 or hi < 1, "undecided"
+    return lo >= 1
+
+
+# doubles β for which -log(1-β) is below -log1p(-β) (the old check refused them)
+LOG_BELOW = [0.1338862374271648, 0.02903565428026424, 0.42900663015809776]
 
 
 def test_issue_example_beta_01_eps_2_k_5_is_1e_5() -> None:
@@ -55,8 +86,60 @@ def test_matches_exact_rational_brute_force(k: int, beta: float, epsilon: float)
     assert r.delta == pytest.approx(exact_delta(k, beta, epsilon, r.n_searched + 50), rel=1e-9)
 
 
+@pytest.mark.parametrize("beta", [0.5, 0.25, 0.75, 0.125])
+def test_ties_at_the_boundary_are_outside_the_tail(beta: float) -> None:
+    # at ε = −ln(1−β), γ = β(2−β) is rational and γN is an integer for every N a multiple of
+    # its denominator; j = γN must not be summed (issue 12, item 12: β = 0.5, ε = ln 2 was
+    # over-stated by up to 67 %, 0.3125 for 0.1875 at k = 3)
+    g = Fraction(beta) * (2 - Fraction(beta))
+    for k in range(1, 25):
+        r = kanon.delta(k=k, beta=beta, epsilon=-math.log(1 - beta))
+        expect = exact_delta(k, beta, r.epsilon, r.n_searched + 40, g=g)
+        assert r.delta == pytest.approx(expect, rel=1e-9), (k, r.delta, expect)
+        # n_m = ⌈k/γ − 1⌉ exactly: the smallest N with γ(N+1) ≥ k
+        assert r.n_m == next(n for n in range(1, 10**6) if g * (n + 1) >= k), k
+    assert kanon.delta(k=3, beta=0.5, epsilon=math.log(2)).delta == pytest.approx(0.1875)
+    assert kanon.delta(k=2, beta=0.5, epsilon=math.log(2)).delta == pytest.approx(0.25)
+
+
+def test_near_ties_away_from_the_boundary_match_the_definition() -> None:
+    # γN within 1e-9 of an integer off the boundary: decided exactly, both ways
+    for beta, k in ((0.5, 4), (0.25, 3), (0.75, 6)):
+        lo = kanon.covered_epsilon(beta=beta)
+        for eps in (math.nextafter(lo, 1.0), lo + 1e-12, lo + 1e-9, lo * (1 + 1e-7)):
+            r = kanon.delta(k=k, beta=beta, epsilon=eps)
+            expect = exact_delta(k, beta, r.epsilon, r.n_searched + 40)
+            assert r.delta == pytest.approx(expect, rel=1e-9), (beta, k, eps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(beta=st.floats(kanon.BETA_MIN, kanon.BETA_MAX))
+def test_epsilon_at_the_boundary_computed_in_floating_point_is_accepted(beta: float) -> None:
+    lo = kanon.covered_epsilon(beta=beta)
+    assert covers(beta, lo) and not covers(beta, math.nextafter(lo, 0.0))  # the smallest
+    for eps in (-math.log(1 - beta), -math.log1p(-beta), float(-np.log(1 - beta))):
+        r = kanon.delta(k=5, beta=beta, epsilon=eps)
+        # the guarantee is stated at an ε the theorem covers: never below −ln(1−β)
+        assert covers(beta, r.epsilon) and r.epsilon == max(eps, lo)
+    # well below the boundary (far more than rounding) is refused, naming the field
+    with pytest.raises(ValueError, match=r"epsilon must be >= -ln\(1-beta\)"):
+        kanon.delta(k=5, beta=beta, epsilon=kanon.covered_epsilon(beta=beta) * (1 - 1e-12))
+
+
+@pytest.mark.parametrize("beta", LOG_BELOW)
+def test_log_of_one_minus_beta_is_accepted_everywhere(beta: float) -> None:
+    eps = -math.log(1 - beta)
+    assert eps < -math.log1p(-beta)  # the case the old check refused
+    assert kanon.min_epsilon(beta=beta) <= eps
+    r = kanon.delta(k=10, beta=beta, epsilon=eps)
+    assert r.epsilon == kanon.covered_epsilon(beta=beta) and covers(beta, r.epsilon)
+    assert kanon.smallest_k(beta=beta, epsilon=eps, target_delta=1e-3).delta <= 1e-3
+    b = kanon.largest_beta(k=10, epsilon=eps, target_delta=0.5)
+    assert covers(b.beta, eps) and b.epsilon == eps
+
+
 def test_maximum_is_not_always_at_n_m() -> None:
-    # the search must go past n_m for some inputs (DESIGN §11)
+    # the search must go past n_m for some inputs (docs/ARCHITECTURE.md, "Annotation queues")
     found = [
         (k, b, e)
         for k in (2, 5, 10, 30)

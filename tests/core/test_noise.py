@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import random
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -40,6 +38,7 @@ from service.core.noise import (
     sample_noise,
     zcdp_to_approx_dp,
 )
+from tests.helpers import forbid_prngs, spy_urandom
 
 # p-value threshold of the seeded goodness-of-fit tests: false-failure rate 1e-5 per test.
 ALPHA = 1e-5
@@ -272,14 +271,7 @@ def test_gaussian_pmf_and_variance_are_exact(sigma: float) -> None:
 
 
 def test_default_bits_read_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
-    requested: list[int] = []
-    real_urandom = os.urandom
-
-    def counting_urandom(n: int) -> bytes:
-        requested.append(n)
-        return real_urandom(n)
-
-    monkeypatch.setattr(os, "urandom", counting_urandom)
+    requested = spy_urandom(monkeypatch)
     lap = discrete_laplace(scale=3.0, size=1000)
     assert requested and sum(requested) >= 1000
     requested.clear()
@@ -292,21 +284,7 @@ def test_default_bits_read_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_default_bits_never_touch_a_prng(monkeypatch: pytest.MonkeyPatch) -> None:
-    def forbidden(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a PRNG was used")
-
-    np_names = [
-        "default_rng", "Generator", "RandomState", "seed", "random", "random_sample", "rand",
-        "randn", "randint", "integers", "bytes", "choice", "shuffle", "permutation", "laplace",
-        "normal", "geometric", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64", "SeedSequence",
-        "BitGenerator", "get_state", "set_state",
-    ]  # fmt: skip
-    for name in np_names:
-        if hasattr(np.random, name):
-            monkeypatch.setattr(np.random, name, forbidden)
-    for name in ["Random", "SystemRandom", "random", "getrandbits", "randbytes", "randint",
-                 "seed", "choice", "uniform"]:  # fmt: skip
-        monkeypatch.setattr(random, name, forbidden)
+    forbid_prngs(monkeypatch)
     lap = discrete_laplace(scale=7.5, size=5000)
     gau = discrete_gaussian(sigma=4.2, size=5000)
     mix = sample_noise(mechanism="gaussian", scale=0.3, size=100)

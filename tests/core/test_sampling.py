@@ -1,21 +1,21 @@
-"""Pre-sampling from the CSPRNG and the canonical forms (DESIGN §11.1–2)."""
+"""Pre-sampling from the CSPRNG and the canonical forms (docs/ARCHITECTURE.md,
+"Annotation queues", steps 1–2)."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from service.core import sampling
 from service.core.sampling import (
     bernoulli_mask,
     canonical_record,
     canonical_record_bytes,
     canonical_text,
 )
+from tests.helpers import spy_urandom
 
 
 def test_rate_is_beta() -> None:
@@ -38,14 +38,7 @@ def test_threshold_is_exact_at_the_edges() -> None:
 
 
 def test_production_draws_from_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = os.urandom
-
-    def spy(m: int) -> bytes:
-        calls.append(m)
-        return real(m)
-
-    monkeypatch.setattr(sampling.os, "urandom", spy)
+    calls = spy_urandom(monkeypatch)
     bernoulli_mask(100, 0.5)
     assert calls == [800]
 

@@ -1,4 +1,5 @@
-"""Tests for service.core.selection (DP count-table selection, DESIGN §5).
+"""Tests for service.core.selection (DP count-table selection, docs/ARCHITECTURE.md,
+"Count-table selection").
 
 Statistical tests use fixed seeds, so they are deterministic; the "false-failure rate" next to a
 threshold is the probability that the assertion fails for a *random* seed although the tested
@@ -10,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import random
 from collections import Counter
 from collections.abc import Callable
 
@@ -30,10 +30,12 @@ from service.core.selection import (
     gain_sensitivity,
     group_codes,
     mi_sensitivity,
+    padded_weight,
     score_candidates,
     select,
     select_round,
 )
+from tests.helpers import forbid_prngs, spy_urandom
 
 LOG2 = math.log(2)
 
@@ -512,18 +514,20 @@ def test_round_finds_a_pairwise_interaction() -> None:
         assert empirical_mi(columns[name], labels, n_labels=2) < 0.01
     picked = select_round(
         columns=columns, labels=labels, n_labels=2, tables=SINGLES, max_tables=20,
-        groups_per_round=2, epsilon=5.0, gumbel=seeded_gumbel(0),
+        groups_per_round=2, epsilon=5.0, min_records=2000, gumbel=seeded_gumbel(0),
     )  # fmt: skip
     assert [c.group for c in picked][0] == ("a", "b")
     assert len(picked) == 2 and picked[1].group != ("a", "b")
-    # the margin: gain(a, b) ≈ log 2 − h(0.1) ≈ 0.37 nats, the noise scale 2·2·Δ/ε ≈ 0.0033
-    assert picked[0].gain > 100 * 4 * gain_sensitivity(n=2000, n_labels=2) / 5.0
+    # the margin: gain(a, b) ≈ log 2 − h(0.1) ≈ 0.37 nats, scored at half that (2000 records
+    # plus 2000 placeholders), the noise scale 2·2·Δ(2000)/ε ≈ 0.0034
+    score = padded_weight(n=2000, min_records=2000) * picked[0].gain
+    assert score > 50 * 4 * gain_sensitivity(n=2000, n_labels=2) / 5.0
 
 
 def test_round_grows_groups_greedily() -> None:
     columns, labels = xor_data(4000, seed=6, parity_of="abc")
     kwargs = {"columns": columns, "labels": labels, "n_labels": 2, "max_tables": 20,
-              "epsilon": 5.0, "groups_per_round": 1}  # fmt: skip
+              "epsilon": 5.0, "groups_per_round": 1, "min_records": 4000}  # fmt: skip
     # from singles only pairs are candidates, and all pairs are (nearly) worthless
     first = score_candidates(columns=columns, labels=labels, n_labels=2, tables=SINGLES)
     assert {len(c.group) for c in first} == {2} and max(c.gain for c in first) < 0.01
@@ -536,7 +540,7 @@ def test_round_grows_groups_greedily() -> None:
 def test_round_respects_the_table_cap() -> None:
     columns, labels = xor_data(300, seed=7)
     kwargs = {"columns": columns, "labels": labels, "n_labels": 2, "tables": SINGLES,
-              "epsilon": 1.0, "gumbel": seeded_gumbel(2)}  # fmt: skip
+              "epsilon": 1.0, "min_records": 300, "gumbel": seeded_gumbel(2)}  # fmt: skip
     # 5 tables + the prior table: a cap of 6 leaves no room, 7 leaves one
     assert select_round(max_tables=6, groups_per_round=3, **kwargs) == []  # type: ignore[arg-type]
     assert len(select_round(max_tables=7, groups_per_round=3, **kwargs)) == 1  # type: ignore[arg-type]
@@ -555,34 +559,109 @@ def test_round_without_budget_picks_nothing() -> None:
 
     assert select_round(
         columns=columns, labels=labels, n_labels=2, tables=SINGLES, max_tables=20,
-        groups_per_round=3, epsilon=0.0, gumbel=never,
+        groups_per_round=3, epsilon=0.0, min_records=100, gumbel=never,
     ) == []  # fmt: skip
     with pytest.raises(ValueError, match=r"duplicate table"):
         select_round(
             columns=columns, labels=labels, n_labels=2, tables=[("a",), ("a",)], max_tables=20,
-            groups_per_round=3, epsilon=0.0, gumbel=never,
+            groups_per_round=3, epsilon=0.0, min_records=100, gumbel=never,
         )  # fmt: skip
 
 
-def test_round_uses_the_gain_sensitivity_of_n_or_of_a_public_lower_bound(
+def test_round_noise_scale_does_not_depend_on_the_record_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    columns, labels = xor_data(500, seed=9)
-    seen: list[float] = []
+    """Issue 12, item 6: the Gumbel scale comes from the public ``min_records`` alone, at every
+    hot-period size (below it, at it, above it, and empty), and the scores are the gains of the
+    hot period plus ``min_records`` placeholders, ``n/(n + N) · gain``."""
+    seen: list[tuple[float, dict[tuple[str, ...], float]]] = []
     real_select = selection.select
 
     def spy(**kwargs: object) -> list[Candidate]:
-        seen.append(kwargs["sensitivity"])  # type: ignore[arg-type]
+        scores = {c.group: c.gain for c in kwargs["candidates"]}  # type: ignore[attr-defined]
+        seen.append((kwargs["sensitivity"], scores))  # type: ignore[arg-type]
         return real_select(**kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(selection, "select", spy)
-    kwargs = {"columns": columns, "labels": labels, "n_labels": 2, "tables": SINGLES,
-              "max_tables": 20, "groups_per_round": 1, "epsilon": 1.0, "gumbel": zeros}  # fmt: skip
-    select_round(**kwargs)  # type: ignore[arg-type]
-    select_round(min_records=100, **kwargs)  # type: ignore[arg-type]
-    assert seen == [gain_sensitivity(n=500, n_labels=2), gain_sensitivity(n=100, n_labels=2)]
-    with pytest.raises(ValueError, match=r"min_records=501 exceeds the 500 hot-period records"):
-        select_round(min_records=501, **kwargs)  # type: ignore[arg-type]
+    sizes = (0, 1, 37, 500, 1000, 5000)
+    for n in sizes:
+        columns, labels = xor_data(n, seed=9)
+        picked = select_round(
+            columns=columns, labels=labels, n_labels=2, tables=SINGLES, max_tables=20,
+            groups_per_round=2, epsilon=1.0, min_records=1000, gumbel=zeros,
+        )  # fmt: skip
+        assert len(picked) == 2  # no round is skipped for few rows, not even an empty one
+        gains = {
+            c.group: c.gain
+            for c in score_candidates(columns=columns, labels=labels, n_labels=2, tables=SINGLES)
+        }
+        assert {c.group: c.gain for c in picked} == {c.group: gains[c.group] for c in picked}
+        sensitivity, scores = seen[-1]
+        assert sensitivity == gain_sensitivity(n=1000, n_labels=2)
+        assert scores == pytest.approx({g: n / (n + 1000) * v for g, v in gains.items()})
+    assert len(seen) == len(sizes)
+    with pytest.raises(ValueError, match=r"min_records must be >= 1, got min_records=0"):
+        select_round(
+            columns=columns, labels=labels, n_labels=2, tables=SINGLES, max_tables=20,
+            groups_per_round=1, epsilon=1.0, min_records=0,
+        )  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 2), st.integers(0, 2)),
+        min_size=0,
+        max_size=30,
+    ),
+    st.lists(st.integers(0, 2), min_size=1, max_size=40),
+)
+def test_padded_scores_are_the_gains_with_placeholder_records(
+    records: list[tuple[int, int, int, int]], placeholder_labels: list[int]
+) -> None:
+    """``n/(n+N) · gain`` is exactly the gain on the hot period plus N materialised records
+    holding a value no real record has (any labels), through the min over bases and the clip:
+    what lets the placeholders' sensitivity bound apply without building them."""
+    tables = [("a",), ("b",), ("c",), ("a", "b"), ("a", "c")]  # (a, b, c) has two bases
+    array = np.array(records, dtype=np.int64).reshape(-1, 4)
+    n, big_n = len(records), len(placeholder_labels)
+
+    def gains(rows: NDArray[np.int64]) -> dict[tuple[str, ...], float]:
+        columns = {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]}
+        found = score_candidates(columns=columns, labels=rows[:, 3], n_labels=3, tables=tables)
+        return {c.group: c.gain for c in found}
+
+    placeholders = np.column_stack(
+        [np.full((big_n, 3), -1, dtype=np.int64), np.array(placeholder_labels, dtype=np.int64)]
+    )
+    padded = gains(np.concatenate([array, placeholders]))
+    weight = padded_weight(n=n, min_records=big_n)
+    assert weight == n / (n + big_n)
+    for group, gain in gains(array).items():
+        assert padded[group] == pytest.approx(weight * gain, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape", "n_labels", "max_records"), [((2, 2, 2), 2, 8), ((2, 2, 3), 3, 6)]
+)
+@pytest.mark.parametrize("min_records", [1, 2, 5])
+def test_padded_score_sensitivity_against_brute_force(
+    shape: tuple[int, ...], n_labels: int, max_records: int, min_records: int
+) -> None:
+    """Over ALL datasets of m = 0 … max_records − 1 records and every added record, the score
+    ``m/(m+N) · gain`` moves by at most ``gain_sensitivity(N)``: the bound holds below N too,
+    where the plain gain does not obey it (so the placeholders are what makes it hold)."""
+
+    def padded_gain(tables: NDArray[np.float64]) -> NDArray[np.float64]:
+        m = tables.sum(axis=(1, 2, 3))
+        return m / (m + min_records) * batch_gain(tables)
+
+    bound = gain_sensitivity(n=min_records, n_labels=n_labels)
+    padded = worst_pair_changes(shape, max_records, padded_gain)
+    assert max(padded) <= bound + 1e-12, (padded, bound)
+    plain = worst_pair_changes(shape, max_records, batch_gain)
+    if min_records > 2:  # N used as a bound without placeholders fails for pairs below N − 1
+        assert max(plain[: min_records - 1]) > bound
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,44 +670,24 @@ def test_round_uses_the_gain_sensitivity_of_n_or_of_a_public_lower_bound(
 
 
 def test_default_noise_reads_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
-    requested: list[int] = []
-    real_urandom = os.urandom
-
-    def counting_urandom(n: int) -> bytes:
-        requested.append(n)
-        return real_urandom(n)
-
-    monkeypatch.setattr(os, "urandom", counting_urandom)
+    requested = spy_urandom(monkeypatch)
     candidates = [cand("ab", 0.1), cand("ac", 0.2), cand("ad", 0.3)]
     assert len(select(candidates=candidates, k=2, epsilon=1.0, sensitivity=0.1)) == 2
     assert requested == [8 * 3]
     requested.clear()
     columns, labels = xor_data(100, seed=10)
     picked = select_round(columns=columns, labels=labels, n_labels=2, tables=SINGLES,
-                          max_tables=20, groups_per_round=2, epsilon=1.0)  # fmt: skip
+                          max_tables=20, groups_per_round=2, epsilon=1.0,
+                          min_records=100)  # fmt: skip
     assert len(picked) == 2 and requested == [8 * 10]  # one word per candidate pair
 
 
 def test_default_noise_never_touches_a_prng(monkeypatch: pytest.MonkeyPatch) -> None:
     columns, labels = xor_data(200, seed=13)  # built before the PRNGs are disabled
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a PRNG was used")
-
-    np_names = [
-        "default_rng", "Generator", "RandomState", "seed", "random", "random_sample", "rand",
-        "randn", "randint", "integers", "bytes", "choice", "shuffle", "permutation", "gumbel",
-        "uniform", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64", "SeedSequence",
-        "BitGenerator", "get_state", "set_state",
-    ]  # fmt: skip
-    for name in np_names:
-        if hasattr(np.random, name):
-            monkeypatch.setattr(np.random, name, forbidden)
-    for name in ["Random", "SystemRandom", "random", "getrandbits", "randbytes", "randint",
-                 "seed", "choice", "uniform", "gauss"]:  # fmt: skip
-        monkeypatch.setattr(random, name, forbidden)
+    forbid_prngs(monkeypatch)
     picked = select_round(columns=columns, labels=labels, n_labels=2, tables=SINGLES,
-                          max_tables=20, groups_per_round=3, epsilon=1.0)  # fmt: skip
+                          max_tables=20, groups_per_round=3, epsilon=1.0,
+                          min_records=200)  # fmt: skip
     assert len({c.group for c in picked}) == 3
     draws = csprng_gumbel(1000)
     assert draws.shape == (1000,) and np.unique(draws).size == 1000

@@ -1,12 +1,33 @@
-"""User-level privacy: at most c observations of one user are counted per window."""
+"""The counting job (``service.counting``): accepted rows reach the window's tables when they
+are counted, exactly once whatever races or crashes, through the Lua script's BITFIELD calls
+or whole-table writes; user-level privacy: at most c observations of one user are counted
+per window."""
 
 from __future__ import annotations
 
-import numpy as np
+import asyncio
 
-from service.windows.service import store_of
+import numpy as np
+import pytest
+
+from service.core import counting as counting_math
+from service.core.featurize import row_keys, table_keys
+from service.core.sketch import aggregate_increments, hash_keys
+from service.counting import service as counting
+from service.ingest.schemas import IngestIn
+from service.lifecycle import roll as lifecycle_roll
+from service.stores.counting import CountingStore
+from service.streams import service as streams
 from tests.conftest import Api, unique
-from tests.helpers import obs, prior_of, stream_body, window_cells
+from tests.helpers import (
+    batch_ops,
+    ingest,
+    new_stream,
+    obs,
+    prior_of,
+    stream_body,
+    window_cells,
+)
 
 
 async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) -> None:
@@ -18,14 +39,8 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
     assert r.status_code == 201
     assert r.json()["l1_sensitivity"] == 2 * 8 * 3  # c · T · depth
 
-    async def send(rows: list[dict]) -> None:
-        r = await api.post(
-            f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
-        )
-        assert r.status_code == 202, r.text
-
-    await send([obs("u1", "x", 20, "1")] * 5 + [obs("u2", "x", 20, "0")])
-    await send([obs("u1", "y", 20, "0")] * 2 + [obs("u2", "y", 20, "0")])
+    await ingest(api, name, [obs("u1", "x", 20, "1")] * 5 + [obs("u2", "x", 20, "0")])
+    await ingest(api, name, [obs("u1", "y", 20, "0")] * 2 + [obs("u2", "y", 20, "0")])
     cells = await window_cells(api.ctx, name, 1)
     assert cells["_hot"] == b"9"  # every observation reaches the hot store
     np.testing.assert_array_equal(prior_of(cells["_prior"]), [2, 2])  # u1: 2 (both "1"), u2: 2
@@ -35,7 +50,7 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
     assert all(b"u1" not in k and b"u2" not in k for k in counters)
 
     await api.post(f"/v1/streams/{name}/roll")
-    await send([obs("u1", "z", 20, "0")] * 3)
+    await ingest(api, name, [obs("u1", "z", 20, "0")] * 3)
     np.testing.assert_array_equal(
         prior_of((await window_cells(api.ctx, name, 2))["_prior"]), [2, 0]
     )  # a new window: u1 counts again, up to 2
@@ -56,4 +71,110 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
         json={"observations": [{"features": {"item": "x"}, "label": "1"}]},
     )
     assert r.status_code == 422 and "user key" in r.json()["detail"]
-    assert await store_of(api.ctx).hot_length(name, 2) == 3
+    assert await api.ctx.stores.windows.hot_length(name, 2) == 3
+
+
+async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
+    """The script turns the packed ops into BITFIELD calls (over 1000 ops per table here, so in
+    several calls): the window's cells are the reference increments (no noise: zeros + ops)."""
+    name = await new_stream(api, "cnt")
+    observations = [obs(f"user{i}", f"item{i % 97}", 20 + i % 50, str(i % 2)) for i in range(900)]
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": observations}
+    )
+    assert r.status_code == 202, r.text
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    body = IngestIn.model_validate({"observations": observations})
+    feats = [o.features for o in body.observations]
+    labels = np.array([rt.label_index[o.label] for o in body.observations])
+    values = row_keys(feats, rt.features)
+    cells = await window_cells(api.ctx, name, 1)
+    n_ops = 0
+    for t in rt.tables:
+        b, s = hash_keys(
+            table_keys(values, t.features), seed=rt.hash_seed, table=t.name, spec=rt.spec
+        )
+        idx, deltas = aggregate_increments(labels, b, s, rt.spec)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        n_ops = max(n_ops, idx.size)
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    assert n_ops > 1000  # the user table needed more than one BITFIELD call
+    assert prior_of(cells["_prior"]).tolist() == [450, 450]
+
+
+@pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["bitfield", "whole-tables"])
+async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
+    api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int
+) -> None:
+    """Counting runs from a checkpoint by compare-and-set: two counters racing over the same
+    window, and a counter that dies after some chunks, still count every row exactly once,
+    whether tables are incremented op by op or read, added to and written whole."""
+    name = await new_stream(api, "cnt")
+    monkeypatch.setattr(counting, "DENSE_RATIO", dense_ratio)
+    monkeypatch.setattr(counting, "COUNT_CHUNK", 37)  # many chunks, many CAS rounds
+    batches = [
+        [
+            obs(f"user{i % 13}", f"item{(i * 7) % 29}", 20 + i % 50, str(i % 2))
+            for i in range(k, k + 60)
+        ]
+        for k in range(0, 600, 60)
+    ]
+    for batch in batches[:5]:
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+        )
+        assert r.status_code == 202, r.text
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+
+    calls = 0
+    real = CountingStore.count
+
+    async def dies_on_the_third(self, **kw):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise ConnectionError("killed")
+        return await real(self, **kw)
+
+    monkeypatch.setattr(CountingStore, "count", dies_on_the_third)
+    with pytest.raises(ConnectionError):
+        await counting.count_window(ctx=api.ctx, rt=rt, window=1)
+    monkeypatch.setattr(CountingStore, "count", real)
+    assert 0 < await api.ctx.redis.xlen(api.ctx.keys.hot(name, 1)) == 300
+    for batch in batches[5:]:  # more rows arrive while two counters race
+        r = await api.post(
+            f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+        )
+        assert r.status_code == 202
+    done = await asyncio.gather(
+        *(counting.count_window(ctx=api.ctx, rt=rt, window=1) for _ in range(2))
+    )
+    assert sum(done) + 2 * 37 == 600  # each row counted by exactly one run
+    cells = await window_cells(api.ctx, name, 1)
+    every = [o for batch in batches for o in batch]
+    assert prior_of(cells["_prior"]).tolist() == [300, 300]
+    _, ops, _ = batch_ops(rt, IngestIn.model_validate({"observations": every}))
+    for t, packed in zip(rt.tables, ops, strict=False):
+        idx, deltas = counting_math.unpack_ops(packed)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    assert await counting.count_window(ctx=api.ctx, rt=rt, window=1) == 0
+
+
+async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) -> None:
+    """Accepting a batch only appends its rows; the tables change when they are counted, and a
+    roll counts what is left before the window joins the count period."""
+    name = await new_stream(api, "cnt")
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs("u1", "i1", 20, "1")] * 3},
+    )
+    assert r.status_code == 202
+    raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
+    assert prior_of(raw).tolist() == [0, 0]  # accepted, not counted yet
+    assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
+    raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
+    assert prior_of(raw).tolist() == [0, 3]

@@ -12,16 +12,17 @@ import time
 
 import pytest
 
-from service.windows import service as windows
-from service.windows.service import store_of
+from service.lifecycle import roll as lifecycle_roll
 from tests.conftest import Api, Backend
-from tests.helpers import obs
-from tests.windows.test_roll import _col, _featurize, _ingest, _stream
+from tests.helpers import column, featurize, ingest, new_stream, obs
+
+pytestmark = pytest.mark.slow  # a child process per roll, killed with SIGKILL
 
 CHILD = r"""
 import asyncio, os, signal, sys
 from service import resources
 from service.config import Settings
+from service.lifecycle import roll as lifecycle_roll
 from service.windows import service as windows
 
 async def main(name, kill_at):
@@ -32,7 +33,7 @@ async def main(name, kill_at):
         if at == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    await windows.roll(ctx=ctx, name=name, step=step)
+    await lifecycle_roll.roll(ctx=ctx, name=name, step=step)
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
@@ -42,9 +43,9 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 async def test_a_roll_killed_by_sigkill_is_completed_once(
     api: Api, backend: Backend, kill_at: str
 ) -> None:
-    name = await _stream(api)
+    name = await new_stream(api, "win")
     ctx = api.ctx
-    await _ingest(api, name, [obs("alice", "x", 20, "1")] * 2)
+    await ingest(api, name, [obs("alice", "x", 20, "1")] * 2)
     settings = backend.settings.model_copy(update={"roll_lock_seconds": 2.0})
     if backend.embedded is not None:  # the child reaches the same embedded server
         settings = settings.model_copy(update={"redis_url": f"unix://{backend.embedded.socket}"})
@@ -58,11 +59,11 @@ async def test_a_roll_killed_by_sigkill_is_completed_once(
     assert await ctx.redis.exists(lock_key)
     started = time.monotonic()
     ctx.settings = ctx.settings.model_copy(update={"roll_lock_seconds": 2.0})
-    assert await windows.roll(ctx=ctx, name=name, only_if_due=True) == 2
+    assert await lifecycle_roll.roll(ctx=ctx, name=name, only_if_due=True) == 2
     assert time.monotonic() - started < 30
-    assert await store_of(ctx).epoch(name) == 2 and await store_of(ctx).served(name) == 2
-    out = await _featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
-    assert _col(out, "user:count:1")[0] == 2.0  # counted once
+    assert await ctx.stores.windows.epoch(name) == 2 and await ctx.stores.windows.served(name) == 2
+    out = await featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
+    assert column(out, "user:count:1")[0] == 2.0  # counted once
     r = await api.get(f"/v1/streams/{name}/windows", role="model")
     assert {w["epoch"]: w["state"] for w in r.json()["windows"]} == {1: "counted", 2: "open"}
-    assert await windows.roll(ctx=ctx, name=name) == 3
+    assert await lifecycle_roll.roll(ctx=ctx, name=name) == 3

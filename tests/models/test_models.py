@@ -12,8 +12,8 @@ import pytest
 
 from service.models import repository
 from service.models.service import signature, status_of
-from tests.conftest import Api, unique
-from tests.helpers import stream_body
+from tests.conftest import Api, Jobs
+from tests.helpers import new_stream
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -70,13 +70,6 @@ class Receiver:
         self.server.server_close()
 
 
-async def _stream(api: Api, **over: object) -> str:
-    name = unique("mdl")
-    r = await api.post("/v1/streams", json=stream_body(name, **over))
-    assert r.status_code == 201, r.text
-    return name
-
-
 async def _featurize(api: Api, name: str, model_id: str | None):  # type: ignore[no-untyped-def]
     return await api.post(
         f"/v1/streams/{name}/featurize",
@@ -85,11 +78,13 @@ async def _featurize(api: Api, name: str, model_id: str | None):  # type: ignore
     )
 
 
-async def test_a_model_that_ignores_a_retrain_event_is_refused_then_served_again(api: Api) -> None:
+async def test_a_model_that_ignores_a_retrain_event_is_refused_then_served_again(
+    api: Api, jobs: Jobs
+) -> None:
     api.ctx.settings = api.ctx.settings.model_copy(update={"webhook_backoff_seconds": 0.05})
     receiver = Receiver(fail_first=1)
     try:
-        name = await _stream(api, retrain_grace_seconds=0)
+        name = await new_stream(api, "mdl", retrain_grace_seconds=0)
         r = await api.post(
             f"/v1/streams/{name}/models",
             role="model",
@@ -114,11 +109,8 @@ async def test_a_model_that_ignores_a_retrain_event_is_refused_then_served_again
         assert "retrain" in r.json()["detail"]
         assert (await _featurize(api, name, None)).status_code == 200  # anonymous calls pass
 
-        # the webhook arrives, signed, after one failed attempt
-        for _ in range(100):
-            if len(receiver.calls) >= 2:
-                break
-            await asyncio.sleep(0.05)
+        # the webhook arrives, signed, after one failed attempt (the roll's follow-up)
+        await jobs()
         assert len(receiver.calls) == 2
         headers, body = receiver.calls[-1]
         ts = headers["x-selectivity-timestamp"]
@@ -150,7 +142,7 @@ async def test_a_model_that_ignores_a_retrain_event_is_refused_then_served_again
 
 
 async def test_stale_models_are_served_during_the_grace_period(api: Api) -> None:
-    name = await _stream(api, retrain_grace_seconds=3600)
+    name = await new_stream(api, "mdl", retrain_grace_seconds=3600)
     mid = (await api.post(f"/v1/streams/{name}/models", role="model", json={"name": "m"})).json()[
         "id"
     ]
@@ -168,7 +160,7 @@ async def test_stale_models_are_served_during_the_grace_period(api: Api) -> None
 
 
 async def test_events_are_server_sent_and_resumable(api: Api) -> None:
-    name = await _stream(api)
+    name = await new_stream(api, "mdl")
     await api.post(f"/v1/streams/{name}/models", role="model", json={"name": "m"})
     for _ in range(2):
         await api.post(f"/v1/streams/{name}/roll")
@@ -194,7 +186,7 @@ async def test_events_are_server_sent_and_resumable(api: Api) -> None:
 
 
 async def test_model_errors(api: Api) -> None:
-    name = await _stream(api)
+    name = await new_stream(api, "mdl")
     r = await api.post(f"/v1/streams/{name}/models", role="model", json={"name": "m"})
     mid = r.json()["id"]
     assert r.json()["webhook_secret"] is None  # no webhook, no secret
@@ -215,7 +207,7 @@ async def test_model_errors(api: Api) -> None:
 
 
 async def test_fetching_the_train_set_with_a_model_id_records_its_training(api: Api) -> None:
-    name = await _stream(api)
+    name = await new_stream(api, "mdl")
     mid = (await api.post(f"/v1/streams/{name}/models", role="model", json={"name": "m"})).json()[
         "id"
     ]

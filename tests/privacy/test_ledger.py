@@ -1,4 +1,5 @@
-"""The ledger's numbers, recomputed from first principles (DESIGN §4, §6)."""
+"""The ledger's numbers, recomputed from first principles (docs/ARCHITECTURE.md, "Privacy",
+"Privacy ledger")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from scipy import optimize
 
 from tests.conftest import Api, unique
-from tests.helpers import stream_body
+from tests.helpers import new_stream, stream_body
 
 
 def cks_eps(rho: float, delta: float) -> float:
@@ -26,9 +27,7 @@ def cks_eps(rho: float, delta: float) -> float:
 
 
 async def _ledger(api: Api, **over: object) -> dict:
-    name = unique("led")
-    r = await api.post("/v1/streams", json=stream_body(name, **over))
-    assert r.status_code == 201, r.text
+    name = await new_stream(api, "led", **over)
     r = await api.get(f"/v1/streams/{name}/privacy", role="analyst")
     assert r.status_code == 200, r.text
     return r.json()
@@ -53,13 +52,16 @@ async def test_laplace_per_observation_and_per_user(api: Api) -> None:
     assert tables["parameters"]["l1_sensitivity"] == 3 * 8 * 3  # c · T · depth
     assert tables["parameters"]["noise_scale"] == pytest.approx(72 / 0.5)
     assert tables["epsilon"] == pytest.approx(0.5)  # disjoint windows: one window's ε
-    assert selection["epsilon"] == pytest.approx(2 * 0.1)  # H rounds
+    assert selection["epsilon"] == pytest.approx(2 * 0.1)  # H rounds (4 free slots >= H)
     assert obs["epsilon"] == pytest.approx(0.5 + 0.2) and obs["delta"] == 0
     user = led["user"]
     assert user["parts"][0]["epsilon"] == pytest.approx((5 + 2) * 0.5)  # R + H windows
-    # selection: R + H rounds, each with group privacy over c · H counted observations
-    assert user["parts"][1]["epsilon"] == pytest.approx((5 + 2) * 0.1 * 3 * 2)
-    assert user["epsilon"] == pytest.approx(3.5 + 4.2)
+    # selection: a stream releases at most its 8 - 3 - 1 = 4 free slots' rounds (each commits a
+    # table), a user may be in all of them, each with group privacy over c · H counted
+    # observations (issue 12, item 8: not R + H rounds)
+    assert user["parts"][1]["parameters"]["rounds"] == 4
+    assert user["parts"][1]["epsilon"] == pytest.approx(4 * 0.1 * 3 * 2)
+    assert user["epsilon"] == pytest.approx(3.5 + 2.4)
 
 
 async def test_gaussian_per_observation_and_per_user(api: Api) -> None:
@@ -140,7 +142,7 @@ async def test_a_weighted_budget_split_is_recomputed_and_sums_to_the_budget(
     assert led["observation"]["parts"][0]["epsilon" if mechanism == "laplace" else "rho"] == (
         pytest.approx(whole)
     )
-    # all weights 1: the uniform noise of DESIGN §4, b = Δ1/ε (σ = Δ2/sqrt(2ρ))
+    # all weights 1: the uniform noise (docs/ARCHITECTURE.md, "Privacy"), b = Δ1/ε (σ = Δ2/sqrt(2ρ))
     uniform = await _ledger(api, privacy={"mechanism": mechanism, **budget})
     u_params = uniform["observation"]["parts"][0]["parameters"]
     for row in u_params["budget_split"]:
@@ -155,3 +157,43 @@ async def test_table_weights_are_checked(api: Api) -> None:
     ):
         r = await api.post("/v1/streams", json=stream_body(unique("tw"), privacy=privacy))
         assert r.status_code == 422 and field in r.text, r.text
+
+
+async def test_selection_is_charged_for_the_rounds_a_stream_can_release(api: Api) -> None:
+    """Issue 12, item 8: rounds run until the free slots are used and each releasing round
+    commits a table, so S = max_tables − features − 1 rounds at most: min(H, S) per
+    observation (H rounds read it), S per user (a user may be in all), whatever R is."""
+    privacy = {
+        "mechanism": "laplace",
+        "epsilon": 1.0,
+        "epsilon_selection": 0.25,
+        "user_key": "user",
+        "max_contributions_per_window": 2,
+        "min_records": 5000,
+    }
+    # 3 features + prior + 2 free slots; H = 3 > S = 2
+    led = await _ledger(api, hot_windows=3, retention_windows=40, max_tables=6, privacy=privacy)
+    obs_sel = led["observation"]["parts"][1]
+    assert obs_sel["name"] == "table_selection"
+    assert obs_sel["parameters"]["rounds"] == 2  # min(H = 3, S = 2)
+    assert obs_sel["parameters"]["free_slots"] == 2
+    assert obs_sel["parameters"]["min_records"] == 5000
+    assert obs_sel["epsilon"] == pytest.approx(2 * 0.25)
+    user_sel = led["user"]["parts"][1]
+    assert user_sel["parameters"]["rounds"] == 2 and user_sel["parameters"]["group_size"] == 6
+    assert user_sel["epsilon"] == pytest.approx(2 * 0.25 * 2 * 3)  # S rounds, group c · H
+    assert led["user"]["epsilon"] == pytest.approx((40 + 3) * 1.0 + 3.0)
+    assert any("at most 2 rounds" in note for note in led["notes"])
+    # no free slot: no round can run, nothing is charged for selection
+    full = await _ledger(api, max_tables=4, privacy=privacy)
+    assert [p["name"] for p in full["observation"]["parts"]] == ["count_tables"]
+    assert [p["name"] for p in full["user"]["parts"]] == ["count_tables"]
+
+
+async def test_min_records_is_checked_and_defaults_to_a_hundred_thousand(api: Api) -> None:
+    led = await _ledger(api, privacy={"epsilon_selection": 0.5})
+    assert led["observation"]["parts"][1]["parameters"]["min_records"] == 100_000
+    for value in (0, -3, 2_000_000_000, 1.5):
+        body = stream_body(unique("mr"), privacy={"epsilon_selection": 0.5, "min_records": value})
+        r = await api.post("/v1/streams", json=body)
+        assert r.status_code == 422 and "min_records" in r.text, r.text

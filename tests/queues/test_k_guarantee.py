@@ -1,29 +1,27 @@
-"""The release rule of ``queue_candidates.lua`` under adversarial orderings (DESIGN §11.3): no
-key with fewer than k sampled occurrences is ever released, whatever order the occurrences
-come in, however the batches are cut, and however badly a tiny sketch over-estimates. Runs
-the real script on the test's Redis (a sync client, so Hypothesis drives it directly)."""
+"""The release rule of ``queue_candidates.lua`` and ``queue_release.lua`` under adversarial
+orderings (docs/ARCHITECTURE.md, "Annotation queues", steps 2-3): a period releases exactly
+the keys that have a class with k sampled candidates *within that period* and were never
+released before, whatever order the candidates come in, however the batches are cut, and
+whatever other keys or other periods hold. That is a strongly-safe k-anonymisation of each
+period's sample (Li, Qardaji & Su, Thm 5), periods being disjoint. Runs the real scripts on
+the test's Redis (a sync client, so Hypothesis drives it directly)."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections import Counter
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.core.cmm import CMMSpec, CountMeanMin, cells
 from service.keys import Keys
 from service.lua import source
-from service.queues.store import Sampled, candidates_call
+from service.stores.queues import Sampled, candidates_call, period_keys, release_keys
 from tests.conftest import REDIS_URL, Backend
-
-SPEC = CMMSpec(width=256, depth=2)
-TINY = 16  # the property test's width (below the API's minimum): collisions everywhere, so
-# the sketch over-estimates rare keys and flags them early
 
 
 @pytest.fixture(scope="module")
@@ -36,38 +34,63 @@ def sync_redis(backend: Backend) -> Iterator[redis.Redis]:
     r.close()
 
 
-def digest(key: int) -> bytes:
-    return hashlib.sha256(b"key-%d" % key).digest()
+def item(key: int, bucket: int) -> Sampled:
+    k = f"{key:032x}"
+    blob = orjson.dumps({"key": k, "bucket": bucket, "payload": {"text": f"t{key}"}})
+    return Sampled(key=k, cls=f"{k}:{bucket}", blob=blob)
 
 
-def sampled(key: int, i: int, width: int = SPEC.width) -> Sampled:
-    d = digest(key)
-    cs = [c % width for c in cells(d, SPEC)]
-    return Sampled(d[:16].hex(), cs, (key % 97) / 97, f"t_{i:016x}", b'{"text":"x"}')
+class Queue:
+    """The scripts of one queue, driven as the service drives them."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, k: int) -> None:
+        self.r, self.keys, self.k = r, keys, k
+        self.q = "prop-" + secrets.token_hex(6)
+        self.cand = r.register_script(source("queue_candidates"))
+        self.rel = r.register_script(source("queue_release"))
+
+    def add(self, period: int, batch: list[Sampled], received: int | None = None) -> list:
+        n = len(batch) if received is None else received
+        ks, args = candidates_call(self.keys, self.q, self.k, period, n, batch)
+        return [x.decode() if isinstance(x, bytes) else x for x in self.cand(keys=ks, args=args)]
+
+    def release(self, period: int) -> list[str]:
+        """Close, read the ready classes, release one task per key (the task id is the key)."""
+        ks = release_keys(self.keys, self.q, period)
+        self.rel(keys=ks, args=["close", str(period)])
+        ready = [orjson.loads(b) for b in self.r.hvals(period_keys(self.keys, self.q, period)[1])]
+        args: list = ["release", str(period), 0]
+        for key in sorted({x["key"] for x in ready}):
+            args += [key, key, "0.5", b"{}"]
+        args[2] = (len(args) - 3) // 4
+        return [x.decode() for x in self.rel(keys=ks, args=args)]
+
+    def drop(self) -> None:
+        for key in self.r.scan_iter(match=self.keys.queue_pattern(self.q)):
+            self.r.delete(key)
 
 
-def run(r: redis.Redis, keys: Keys, order: list[int], cuts: list[int], k: int) -> list[str]:
-    script = r.register_script(source("queue_candidates"))
-    q = "prop-" + secrets.token_hex(6)
-    items = [sampled(key, i, TINY) for i, key in enumerate(order)]
-    released: list[str] = []
-    bounds = sorted({0, len(items), *(c % (len(items) + 1) for c in cuts)})
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        ks, args = candidates_call(keys, q, k, TINY, SPEC.depth, hi - lo, items[lo:hi])
-        released += [x.decode() for x in script(keys=ks, args=args)]
-    for key in r.scan_iter(match=keys.queue_pattern(q)):
-        r.delete(key)
-    by_task = {s.task_id: s.digest for s in items}
-    return [by_task[t] for t in released]
+def expected(periods: list[list[tuple[int, int]]], k: int) -> list[set[str]]:
+    """Per period: the keys with a class (key, bucket) counted k times in it, not released
+    before: a function of each period's class counts alone."""
+    out, seen = [], set()
+    for cands in periods:
+        counts = Counter(cands)
+        ready = {f"{key:032x}" for (key, _), n in counts.items() if n >= k} - seen
+        out.append(ready)
+        seen |= ready
+    return out
 
 
-# bursts of one key (an adversary repeating a key to inflate its cells), optionally shuffled
-bursts = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 15)), min_size=1, max_size=40)
-orders = st.tuples(bursts, st.booleans()).flatmap(
+# bursts of one class (an adversary repeating a candidate), optionally shuffled
+bursts = st.lists(
+    st.tuples(st.integers(0, 30), st.integers(0, 2), st.integers(1, 12)), min_size=1, max_size=30
+)
+period_data = st.tuples(bursts, st.booleans()).flatmap(
     lambda b: (
-        st.permutations([x for x, n in b[0] for _ in range(n)])
+        st.permutations([(x, u) for x, u, n in b[0] for _ in range(n)])
         if b[1]
-        else st.just([x for x, n in b[0] for _ in range(n)])
+        else st.just([(x, u) for x, u, n in b[0] for _ in range(n)])
     )
 )
 
@@ -78,65 +101,71 @@ orders = st.tuples(bursts, st.booleans()).flatmap(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    order=orders,
-    heavy=st.lists(st.integers(1000, 1010), max_size=300),
-    cuts=st.lists(st.integers(0, 700), max_size=6),
-    k=st.integers(1, 12),
-    heavy_first=st.booleans(),
+    periods=st.lists(period_data, min_size=1, max_size=4),
+    cuts=st.lists(st.integers(0, 400), max_size=6),
+    k=st.integers(1, 10),
 )
-def test_no_release_below_k_sampled_occurrences(
+def test_each_period_releases_exactly_its_own_classes_with_k_candidates(
     sync_redis: redis.Redis,
     backend: Backend,
-    order: list[int],
-    heavy: list[int],
+    periods: list[list[tuple[int, int]]],
     cuts: list[int],
     k: int,
-    heavy_first: bool,
 ) -> None:
-    # heavy hitters inflate the cells the rare keys share: the sketch then flags rare keys
-    seq = heavy + order if heavy_first else order + heavy
-    keys = Keys(backend.settings.redis_prefix)
-    released = run(sync_redis, keys, seq, cuts, k)
-    truth = Counter(digest(x)[:16].hex() for x in seq)
-    assert len(released) == len(set(released))  # once per key
-    for d in released:
-        assert truth[d] >= k, (truth[d], k)
+    q = Queue(sync_redis, Keys(backend.settings.redis_prefix), k)
+    try:
+        got = []
+        for p, cands in enumerate(periods):
+            items = [item(x, u) for x, u in cands]
+            bounds = sorted({0, len(items), *(c % (len(items) + 1) for c in cuts)})
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                assert q.add(p, items[lo:hi]) == ["ok"]
+            got.append(set(q.release(p)))
+        assert got == expected(periods, k)
+        # nothing of a released period is left: its counts and ready classes are gone
+        for p in range(len(periods)):
+            assert not any(sync_redis.exists(x) for x in period_keys(q.keys, q.q, p))
+    finally:
+        q.drop()
 
 
-def test_an_over_estimate_alone_never_releases(sync_redis: redis.Redis, backend: Backend) -> None:
-    # two keys with the same cells in every row: a is flagged at its k-th occurrence and
-    # released at its (2k−1)-th; then b's estimate is 2k + 1 at its first occurrence: b is
-    # flagged, but released only at its k-th
-    seen: dict[tuple[int, ...], int] = {}
-    for x in range(10_000):
-        c = tuple(x % TINY for x in cells(digest(x), SPEC))
-        if c in seen:
-            a, b = seen[c], x
-            break
-        seen[c] = x
-    keys = Keys(backend.settings.redis_prefix)
+def test_a_class_completed_in_a_later_period_is_never_released(
+    sync_redis: redis.Redis, backend: Backend
+) -> None:
+    # the attack of issue 12, item 9: k−1 sampled copies of a key early, the target's copy
+    # alone later. Released the moment the k-th copy arrived, the release pinned the target's
+    # submission; counted per period, neither period has k of the class.
     k = 5
-    ha, hb = digest(a)[:16].hex(), digest(b)[:16].hex()
-    assert run(sync_redis, keys, [a] * (2 * k) + [b], [], k) == [ha]
-    assert run(sync_redis, keys, [a] * (2 * k) + [b] * (k - 1), [], k) == [ha]
-    assert run(sync_redis, keys, [a] * (2 * k) + [b] * k, [], k) == [ha, hb]
+    q = Queue(sync_redis, Keys(backend.settings.redis_prefix), k)
+    try:
+        q.add(0, [item(1, 3)] * (k - 1))
+        assert q.release(0) == []
+        q.add(1, [item(1, 3)])
+        assert q.release(1) == []
+        # k in one period, but in two uncertainty buckets: two classes, neither has k
+        q.add(2, [item(1, 3)] * (k - 1) + [item(1, 7)])
+        assert q.release(2) == []
+        q.add(3, [item(1, 3)] * k)
+        assert q.release(3) == [f"{1:032x}"]
+        q.add(4, [item(1, 3)] * k)  # released once per key
+        assert q.release(4) == []
+    finally:
+        q.drop()
 
 
-def test_lua_sketch_matches_the_reference(sync_redis: redis.Redis, backend: Backend) -> None:
-    keys = Keys(backend.settings.redis_prefix)
-    script = sync_redis.register_script(source("queue_candidates"))
-    q = "ref-" + secrets.token_hex(6)
-    seq = [i % 37 for i in range(500)] + [5] * 40
-    ref = CountMeanMin(SPEC)
-    for key in seq:
-        ref.update(digest(key))
-    items = [sampled(key, i) for i, key in enumerate(seq)]
-    ks, args = candidates_call(keys, q, 10**6, SPEC.width, SPEC.depth, len(items), items)
-    script(keys=ks, args=args)
-    got = CountMeanMin.from_bytes(sync_redis.get(keys.queue(q, "cmm")) or b"", SPEC)
-    totals = sync_redis.hgetall(keys.queue(q, "cmm_totals"))
-    assert (got.table == ref.table).all()
-    assert [int(totals[str(i).encode()]) for i in range(SPEC.depth)] == ref.totals.tolist()
-    assert sync_redis.pfcount(keys.queue(q, "hll")) == pytest.approx(37, abs=2)
-    for key in sync_redis.scan_iter(match=keys.queue_pattern(q)):
-        sync_redis.delete(key)
+def test_a_closed_period_counts_nothing_more_and_releases_once(
+    sync_redis: redis.Redis, backend: Backend
+) -> None:
+    q = Queue(sync_redis, Keys(backend.settings.redis_prefix), 2)
+    try:
+        assert q.add(7, [item(9, 0)] * 2) == ["ok"]
+        assert q.release(7) == [f"{9:032x}"]
+        assert q.release(7) == []  # a rerun (or a second worker) releases nothing
+        # a batch stamped with a closed period (a clock behind the worker's) is refused, so
+        # the caller counts it into the next period; nothing was written
+        assert q.add(7, [item(8, 0)] * 2, received=5) == ["closed", 7]
+        assert q.add(5, [item(8, 0)] * 2) == ["closed", 7]
+        stats = sync_redis.hgetall(q.keys.queue(q.q, "stats"))
+        assert int(stats[b"received"]) == 2
+    finally:
+        q.drop()

@@ -1,14 +1,24 @@
-"""The reference model: trained after each roll, served by /predict, scored per epoch on the
-observations that arrived during it."""
+"""The reference model: trained after each roll, scored on the newest rows of its train set,
+served by /predict during its epoch only (docs/ARCHITECTURE.md, promise 1)."""
 
 from __future__ import annotations
 
-import asyncio
+from pathlib import Path
 
 import numpy as np
+import pytest
+from sqlalchemy import func, select
 
-from tests.conftest import Api, unique
-from tests.helpers import stream_body
+from service.context import AppContext
+from service.core.featurizer import Featurizer
+from service.db.models import ReferenceModel, Stream
+from service.features import service as features
+from service.reference import report
+from service.reference import service as reference
+from service.reference.schemas import QualityOut, QualityPoint
+from tests.conftest import Api, Jobs, unique
+from tests.helpers import ingest, stream_body
+from tests.serving import cli, cli_env
 
 
 def _rows(rng: np.random.Generator, n: int) -> list[dict]:
@@ -23,41 +33,34 @@ def _rows(rng: np.random.Generator, n: int) -> list[dict]:
     ]
 
 
-async def _settle(api: Api) -> None:
-    for _ in range(600):
-        if not api.ctx.caches.get("background"):
-            return
-        await asyncio.sleep(0.05)
-
-
-async def test_reference_model_trains_predicts_and_reports_quality(api: Api) -> None:
+async def test_reference_model_trains_predicts_and_reports_quality(api: Api, jobs: Jobs) -> None:
+    """Each epoch's model is fitted on its hot period's closed windows but their newest fifth,
+    scored on that fifth, and lives during its epoch only: after a roll /predict answers 503
+    until the new one is trained, and the quality report holds the current epoch alone."""
     name = unique("ref")
     body = stream_body(name, hot_windows=2, retention_windows=10)
     assert (await api.post("/v1/streams", json=body)).status_code == 201
     rng = np.random.default_rng(7)
-    r = await api.post(f"/v1/streams/{name}/predict", role="model", json={"rows": [{"user": "u1"}]})
+    probe = {"rows": [{"user": "u1"}]}
+    r = await api.post(f"/v1/streams/{name}/predict", role="model", json=probe)
     assert r.status_code == 503 and "reference model" in r.json()["detail"]
-    for _ in range(5):
-        r = await api.post(
-            f"/v1/streams/{name}/observations",
-            role="producer",
-            json={"observations": _rows(rng, 800)},
-        )
-        assert r.status_code == 202
+    for epoch in range(2, 7):
+        await ingest(api, name, _rows(rng, 800))
         assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
-        await _settle(api)
-    q = (await api.get(f"/v1/streams/{name}/quality", role="model")).json()
-    by_epoch = {p["epoch"]: p for p in q["epochs"]}
-    assert sorted(by_epoch) == [2, 3, 4, 5, 6]
-    # epoch 2 trains on window 1 (800 rows) but count features are empty then (no count
-    # period yet); from epoch 4 on the counts carry the signal
-    assert by_epoch[2]["trained"] and by_epoch[2]["train_rows"] == 800
-    for e in (4, 5):
-        p = by_epoch[e]
-        assert p["eval_rows"] == 800
-        assert p["log_loss"] < p["prior_log_loss"] - 0.1, p
-        assert p["auc"] > 0.8, p
-    assert by_epoch[6]["eval_rows"] is None  # epoch 6 is still open
+        r = await api.post(f"/v1/streams/{name}/predict", role="model", json=probe)
+        assert r.status_code == 503, r.text  # the previous epoch's model is gone
+        assert "no reference model for the current hot period" in r.json()["detail"]
+        await jobs()  # the follow-ups the roll left to the worker
+        q = (await api.get(f"/v1/streams/{name}/quality", role="model")).json()
+        assert [p["epoch"] for p in q["epochs"]] == [epoch]
+        p = q["epochs"][0]
+        # epoch e trains on window e-1: 800 rows, the newest 160 held out
+        assert p["trained"] and (p["train_rows"], p["eval_rows"]) == (640, 160), p
+        if epoch >= 4:  # count features are empty until the count period has a window
+            assert p["log_loss"] < p["prior_log_loss"] - 0.1, p
+            assert p["auc"] > 0.8, p
+        r = await api.post(f"/v1/streams/{name}/predict", role="model", json=probe)
+        assert r.status_code == 200 and r.json()["model_epoch"] == epoch
     r = await api.post(
         f"/v1/streams/{name}/predict",
         role="model",
@@ -72,14 +75,36 @@ async def test_reference_model_trains_predicts_and_reports_quality(api: Api) -> 
     assert r.status_code == 422
 
 
-async def test_report_quality_cli_writes_a_png(api: Api, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import os
-    import subprocess
-    import sys
+async def test_a_model_trained_after_its_epoch_ended_is_not_stored(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training that finishes after a roll moved past its epoch stores nothing: its oldest
+    training window has left the hot period."""
+    name = unique("ref")
+    body = stream_body(name, hot_windows=2, retention_windows=10)
+    assert (await api.post("/v1/streams", json=body)).status_code == 201
+    await ingest(api, name, _rows(np.random.default_rng(3), 400))
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200  # epoch 2
+    fz = await features.featurizer(ctx=api.ctx, name=name)
+    real = features.featurizer
 
-    from service.reference import report
-    from service.reference.schemas import QualityOut, QualityPoint
+    async def roll_during_training(*, ctx: AppContext, name: str) -> Featurizer:
+        out = await real(ctx=ctx, name=name)
+        assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200  # epoch 3
+        return out
 
+    assert fz.epoch == 2
+    monkeypatch.setattr(features, "featurizer", roll_during_training)
+    assert await reference.train(ctx=api.ctx, name=name, epoch=2) is None
+    async with api.ctx.sessionmaker() as session:
+        sid = await session.scalar(select(Stream.id).where(Stream.name == name))
+        left = await session.scalar(
+            select(func.count()).select_from(ReferenceModel).where(ReferenceModel.stream_id == sid)
+        )
+    assert left == 0
+
+
+def test_report_quality_writes_a_png(tmp_path: Path) -> None:
     q = QualityOut(
         stream="s",
         description="",
@@ -99,22 +124,10 @@ async def test_report_quality_cli_writes_a_png(api: Api, tmp_path) -> None:  # t
     out = tmp_path / "q.png"
     report.plot_quality(q, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
-    env["SELECTIVITY_DATABASE_URL"] = api.ctx.settings.resolved_database_url
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "service.cli",
-            "report",
-            "quality",
-            "--stream",
-            "missing",
-            "--out",
-            str(tmp_path / "x.png"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+
+
+@pytest.mark.slow
+async def test_report_quality_cli_refuses_a_missing_stream(api: Api, tmp_path: Path) -> None:
+    env = cli_env(DATABASE_URL=api.ctx.settings.resolved_database_url)
+    r = cli("report", "quality", "--stream", "missing", "--out", str(tmp_path / "x.png"), env=env)
     assert r.returncode != 0 and "not found" in r.stderr

@@ -3,11 +3,10 @@ after next, and featurized once that window is in the count period."""
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 
-from tests.conftest import Api, unique
+from tests.conftest import Api, Jobs, unique
+from tests.helpers import ingest
 
 
 def _xor_rows(rng: np.random.Generator, n: int) -> list[dict]:
@@ -21,12 +20,7 @@ def _xor_rows(rng: np.random.Generator, n: int) -> list[dict]:
     ]
 
 
-async def _settle(api: Api) -> None:
-    while api.ctx.caches.get("background"):
-        await asyncio.gather(*list(api.ctx.caches["background"]), return_exceptions=True)
-
-
-async def test_selected_group_is_counted_then_featurized(api: Api) -> None:
+async def test_selected_group_is_counted_then_featurized(api: Api, jobs: Jobs) -> None:
     name = unique("sel")
     body = {
         "name": name,
@@ -41,17 +35,9 @@ async def test_selected_group_is_counted_then_featurized(api: Api) -> None:
     assert (await api.post("/v1/streams", json=body)).status_code == 201
     rng = np.random.default_rng(11)
 
-    async def window() -> None:
-        r = await api.post(
-            f"/v1/streams/{name}/observations",
-            role="producer",
-            json={"observations": _xor_rows(rng, 1500)},
-        )
-        assert r.status_code == 202, r.text
-
-    await window()  # window 1
+    await ingest(api, name, _xor_rows(rng, 1500))  # window 1
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
-    await _settle(api)
+    await jobs()  # the follow-ups the rolls left to the worker
     r = await api.get(f"/v1/streams/{name}/tables", role="model")
     picked = [t for t in r.json()["tables"] if t["reason"] == "selected"]
     # the round at the roll to 2 read window 1: the interaction a×b carries all the signal
@@ -66,9 +52,10 @@ async def test_selected_group_is_counted_then_featurized(api: Api) -> None:
     )
     assert not any(c.startswith("a+b:") for c in fz.json()["columns"])
     for epoch in (3, 4, 5):
-        await window()  # windows 2, 3, 4 (window 4 is the first to count a+b)
+        # windows 2, 3, 4 (window 4 is the first to count a+b)
+        await ingest(api, name, _xor_rows(rng, 1500))
         assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": epoch}
-        await _settle(api)
+        await jobs()
     r = await api.get(f"/v1/streams/{name}/tables", role="model")
     assert len(r.json()["tables"]) == 4  # the cap: 3 features + a+b + the prior = 5
     fz = (

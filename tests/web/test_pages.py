@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import unavailable
 from tests.serving import serving
+
+pytestmark = pytest.mark.slow  # `selectivity serve` in a subprocess, and Chromium
 
 CHROMIUM = os.environ.get("SELECTIVITY_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -45,14 +49,13 @@ def _missing() -> str | None:
 def browser_ok() -> None:
     why = _missing()
     if why:
-        if os.environ.get("SELECTIVITY_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"SELECTIVITY_REQUIRE_BROWSER=1 but {why}")
-        pytest.skip(why)
+        unavailable(why, required_by="SELECTIVITY_REQUIRE_BROWSER")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, browser_ok: None) -> Iterator[tuple[str, str]]:
-    with serving(tmp_path_factory.mktemp("web")) as srv:
+    # the worker's crons (the queue's release among them) every second
+    with serving(tmp_path_factory.mktemp("web"), SCHEDULER_SECONDS="1") as srv:
         yield srv.base, srv.admin_key
         srv.stop()
 
@@ -74,7 +77,15 @@ def test_annotator_labels_through_the_page_and_the_export_has_them(
     r = httpx.post(
         f"{base}/v1/queues",
         headers=cur,
-        json={"name": q, "beta": 0.99, "k": 1, "labels": ["no", "yes"], "lease_seconds": 30},
+        json={
+            "name": q,
+            "beta": 0.99,
+            "k": 1,
+            "labels": ["no", "yes"],
+            "lease_seconds": 30,
+            "release_seconds": 1,  # released by the worker's cron within a few seconds
+            "accept_delta_above_ceiling": True,  # δ = 0.99: the page must say so
+        },
     )
     assert r.status_code == 201, r.text
     texts = {"turn on the lights": 0.9, "play some jazz": 0.6, "what time is it": 0.3}
@@ -82,6 +93,10 @@ def test_annotator_labels_through_the_page_and_the_export_has_them(
     cands = [{"text": t, "uncertainty": u} for t, u in texts.items() for _ in range(6)]
     r = httpx.post(f"{base}/v1/queues/{q}/candidates", headers=cur, json={"candidates": cands})
     assert r.status_code == 200 and r.json() == {"received": 18}
+    deadline = time.monotonic() + 60  # the release job runs every SCHEDULER_SECONDS
+    while httpx.get(f"{base}/v1/queues/{q}/stats", headers=cur).json()["released"] < 3:
+        assert time.monotonic() < deadline, "the period was not released within 60 s"
+        time.sleep(0.5)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
@@ -111,6 +126,15 @@ def test_annotator_labels_through_the_page_and_the_export_has_them(
             expect(dash.locator("#stats")).to_contain_text("labelled")
             expect(dash.locator("#stats")).to_contain_text("no: 1, yes: 1")
             expect(dash.locator("#privacy")).to_contain_text("β = 0.99, k = 1")
+            guarantee = dash.locator("#guarantee")
+            expect(guarantee).to_contain_text(
+                "Warning: δ = 0.99 is above the operator's ceiling of 1e-06 and was accepted "
+                "explicitly"
+            )
+            expect(guarantee).to_contain_text("times more or less likely with that candidate")
+            expect(guarantee).to_have_class("warning")
+            expect(dash.locator("#stats")).not_to_contain_text("sampled")
+            expect(dash.locator("#stats")).to_contain_text("next release")
             expect(dash.locator("#histogram > div")).to_have_count(10)
             assert errors == []
         finally:

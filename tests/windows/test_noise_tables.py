@@ -45,7 +45,9 @@ async def _fresh_tables(api: Api, privacy: dict) -> tuple[dict[str, np.ndarray],
     r = await api.post("/v1/streams", json=body)
     assert r.status_code == 201, r.text
     rt = await streams.runtime(ctx=api.ctx, name=name)
-    data = await windows.store_of(api.ctx).read_tables(rt, 2, [t.id for t in rt.tables])
+    data = await api.ctx.stores.windows.read_tables(
+        rt.name, 2, [t.id for t in rt.tables], cells=rt.spec.cells
+    )
     assert data is not None
     return {t.name: data[0][t.id] for t in rt.tables}, r.json()
 
@@ -136,8 +138,11 @@ async def test_two_windows_never_share_noise(api: Api) -> None:
     )
     assert r.status_code == 201
     rt = await streams.runtime(ctx=api.ctx, name=name)
-    store = windows.store_of(api.ctx)
+    store = api.ctx.stores.windows
     ids = [t.id for t in rt.tables]
-    one, two = await store.read_tables(rt, 1, ids), await store.read_tables(rt, 2, ids)
+    one, two = (
+        await store.read_tables(rt.name, 1, ids, cells=rt.spec.cells),
+        await store.read_tables(rt.name, 2, ids, cells=rt.spec.cells),
+    )
     assert one is not None and two is not None
     assert np.mean(one[0][ids[0]] == two[0][ids[0]]) < 0.2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from service.windows.service import store_of
+import pytest
+
 from tests.conftest import Api, unique
 from tests.helpers import stream_body
 from workers.runner import cron_every, run_in_process
@@ -16,6 +17,7 @@ def test_cron_every() -> None:
     assert cron_every(600) == "* * * * * */59"
 
 
+@pytest.mark.slow  # the real SAQ worker, polled for up to 30 s
 async def test_worker_rolls_a_due_stream_by_itself(api: Api) -> None:
     ctx = api.ctx
     ctx.settings = ctx.settings.model_copy(update={"scheduler_seconds": 1})
@@ -27,9 +29,9 @@ async def test_worker_rolls_a_due_stream_by_itself(api: Api) -> None:
     try:
         for _ in range(300):  # up to 30 s: the tick walks every stream of the session
             await asyncio.sleep(0.1)
-            if (await store_of(ctx).epoch(name) or 0) >= 2:
+            if (await ctx.stores.windows.epoch(name) or 0) >= 2:
                 break
-        assert (await store_of(ctx).epoch(name) or 0) >= 2
+        assert (await ctx.stores.windows.epoch(name) or 0) >= 2
     finally:
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)

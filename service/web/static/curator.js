@@ -21,12 +21,17 @@ async function refresh() {
     ]);
     document.getElementById("privacy").textContent =
       "β = " + p.beta + ", k = " + p.k + ": (ε, δ) = (" + p.epsilon.toFixed(3) + ", " +
-      p.delta.toExponential(2) + ")-differentially private releases. " + p.source;
+      p.delta.toExponential(2) + ")-differentially private releases, every " +
+      p.release_seconds + " s. " + p.source;
+    // the guarantee in words, with the warning first when δ is above the operator's ceiling
+    const words = document.getElementById("guarantee");
+    words.textContent = p.guarantee;
+    words.className = p.above_ceiling ? "warning" : "";
     rows(document.getElementById("curve"),
       p.curve.map((c) => ["δ at ε = " + c.epsilon.toFixed(3), c.delta.toExponential(2)]));
+    // nothing here depends on which candidates were sampled (docs/ARCHITECTURE.md, promise 5)
     rows(document.getElementById("stats"), [
-      ["received", s.received], ["sampled", s.sampled], ["distinct (HLL)", s.distinct],
-      ["waiting under k", s.waiting_under_k], ["counted exactly", s.tracking],
+      ["received", s.received], ["next release", new Date(s.next_release_at).toLocaleString()],
       ["released", s.released], ["waiting in pool", s.in_pool], ["leased", s.leased],
       ["labelled", s.labelled], ["skips", s.skipped],
       ["labels", Object.entries(s.label_counts).map(([k, v]) => k + ": " + v).join(", ") || "–"],

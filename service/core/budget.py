@@ -1,0 +1,131 @@
+"""The noise of a stream's count tables and the split of its per-window budget across tables.
+
+Sensitivity (docs/ARCHITECTURE.md, "Privacy"): adding or removing one observation changes
+``depth`` cells of every
+table by ±1 (the prior table changes one cell; it is counted as a full table, which only
+over-states the sensitivity). With T = ``max_tables`` (fixed at creation so that adding tables
+later never changes the noise) and c = ``max_contributions_per_window`` (1 without a user key):
+
+    Δ1 = c·T·depth          (L1: at most c·T·depth cells change by 1 each)
+    Δ2 = c·sqrt(T·depth)    (L2: T·depth cells change by at most c each)
+
+Laplace: every cell gets discrete Laplace noise of scale b = Δ1/ε → ε-DP per window
+(Ghosh, Roughgarden, Sundararajan 2009; Canonne, Kamath, Steinke 2020 §1).
+Gaussian: discrete Gaussian with σ = Δ2/sqrt(2ρ) → ρ-zCDP per window (CKS 2020, Thm 4).
+
+Budget split across tables (``privacy.table_weights``, ``privacy.prior_weight``). The noise
+above gives each of the T table slots the same share. With weights, slot s (a feature's table,
+the prior table, or a slot for a selected group or left unused, weight 1) gets the share
+w_s / W of the budget, W = Σ_s w_s over all T slots. One observation changes c·depth cells of
+one table (L1 c·depth, L2 c·sqrt(depth)); so table s with
+
+    Laplace  b_s = c·depth / ε_s,          ε_s = ε·w_s/W    is ε_s-DP,
+    Gaussian σ_s = c·sqrt(depth / (2ρ_s)), ρ_s = ρ·w_s/W    is ρ_s-zCDP,
+
+and the tables together, by basic composition of ε (and additivity of ρ, Bun & Steinke 2016
+Lemma 2.3), are ε-DP (ρ-zCDP) per window: Σ_s ε_s = ε whatever the weights. With every weight
+1, b_s = Δ1/ε and σ_s = Δ2/sqrt(2ρ): the uniform noise above. In terms of the uniform scale,
+b_s = b·f_s and σ_s = σ·sqrt(f_s) with f_s = (W/T)/w_s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from service.core.noise import discrete_gaussian_variance, discrete_laplace_variance
+from service.core.streamconfig import StreamCreate
+
+
+@dataclass(frozen=True)
+class Noise:
+    mechanism: str
+    l1_sensitivity: float
+    l2_sensitivity: float
+    scale: float  # Laplace b, Gaussian σ, 0 for none: of a table of weight 1 when all are 1
+    variance: float  # per-cell variance of that noise
+    slots: int = 1  # T, max_tables
+    total_weight: float = 1.0  # W: the weights of all T slots (T when every weight is 1)
+
+    def factor(self, weight: float) -> float:
+        """f_s = (W/T)/w_s: how much larger than ``scale`` a table of this weight's Laplace
+        scale is (its Gaussian σ: the square root of it)."""
+        return (self.total_weight / self.slots) / weight
+
+    def scale_for(self, weight: float) -> float:
+        f = self.factor(weight)
+        return self.scale * (f if self.mechanism == "laplace" else math.sqrt(f))
+
+    def variance_for(self, weight: float) -> float:
+        if self.mechanism == "laplace":
+            return discrete_laplace_variance(scale=self.scale_for(weight))
+        if self.mechanism == "gaussian":
+            return discrete_gaussian_variance(sigma=self.scale_for(weight))
+        return 0.0
+
+    def share(self, weight: float) -> float:
+        """The share w_s/W of the per-window budget a table of this weight gets."""
+        return weight / self.total_weight
+
+
+def total_weight(cfg: StreamCreate) -> float:
+    """W = Σ of the T slots' weights: each feature's table (``table_weights``, default 1), the
+    prior table (``prior_weight``) and the slots left for selected groups (1 each)."""
+    assert cfg.max_tables is not None
+    p = cfg.privacy
+    features = sum(p.table_weights.get(f.name, 1.0) for f in cfg.features)
+    return features + p.prior_weight + (cfg.max_tables - len(cfg.features) - 1)
+
+
+def noise_for(cfg: StreamCreate) -> Noise:
+    assert cfg.max_tables is not None
+    c = cfg.privacy.max_contributions_per_window if cfg.privacy.user_key else 1
+    t_depth = cfg.max_tables * cfg.sketch.depth
+    l1 = float(c * t_depth)
+    l2 = c * math.sqrt(t_depth)
+    mech = cfg.privacy.mechanism
+    if mech == "laplace":
+        assert cfg.privacy.epsilon is not None
+        scale = l1 / cfg.privacy.epsilon
+        var = discrete_laplace_variance(scale=scale)
+    elif mech == "gaussian":
+        assert cfg.privacy.rho is not None
+        scale = l2 / math.sqrt(2.0 * cfg.privacy.rho)
+        var = discrete_gaussian_variance(sigma=scale)
+    else:
+        scale, var = 0.0, 0.0
+    return Noise(mech, l1, l2, scale, var, cfg.max_tables, total_weight(cfg))
+
+
+def budget_split(cfg: StreamCreate) -> list[dict[str, Any]]:
+    """Each table slot's weight, share w_s/W of the per-window budget, ε_s or ρ_s, and noise
+    scale (Laplace b_s or Gaussian σ_s): every feature's table, the prior table, then the slots
+    left for selected groups (``slots`` of them, each with what the line shows). Σ over all
+    slots of ``share`` is 1, of ``epsilon`` (``rho``) the stream's ε (ρ)."""
+    assert cfg.max_tables is not None
+    noise = noise_for(cfg)
+    p = cfg.privacy
+    rows: list[dict[str, Any]] = []
+
+    def row(table: str, weight: float, slots: int = 1) -> None:
+        share = noise.share(weight)
+        rows.append(
+            {
+                "table": table,
+                "slots": slots,
+                "weight": weight,
+                "share": share,
+                "epsilon": p.epsilon * share if p.epsilon is not None else None,
+                "rho": p.rho * share if p.rho is not None else None,
+                "noise_scale": noise.scale_for(weight),
+            }
+        )
+
+    for f in cfg.features:
+        row(f.name, p.table_weights.get(f.name, 1.0))
+    row("(prior)", p.prior_weight)
+    free = cfg.max_tables - len(cfg.features) - 1
+    if free:
+        row("(selected groups)", 1.0, free)
+    return rows

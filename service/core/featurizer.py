@@ -1,0 +1,254 @@
+"""Featurization at one epoch (pure): the count features of rows from the count-period
+aggregate (docs/ARCHITECTURE.md, "Featurization"). Built once per epoch and cached by the API
+process (``service.features``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.core.aggregate import Aggregate
+from service.core.featurize import (
+    SEPARATOR,
+    Encoded,
+    assemble,
+    backoff_threshold,
+    canonical_value,
+    column_names,
+    combine_codes,
+    derived_columns,
+    encode_column,
+    passthrough_values,
+    prior_probabilities,
+)
+from service.core.runtime import StreamRuntime
+from service.core.sketch import KeyHasher, estimate_stacked
+
+ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
+FEW_ROWS = 8  # up to this many rows, featurize key by key (see Featurizer._transform_few)
+
+
+@dataclass(frozen=True)
+class Featurizer:
+    """Everything needed to featurize rows at one epoch, in memory.
+
+    ``transform`` hashes each distinct value of a batch once per table (``KeyHasher``), reads the
+    count estimates of those distinct keys for all tables with one gather from the aggregate
+    (``estimate_stacked``), derives their columns once, and expands them to the rows with one
+    take per block of rows: per-row work is a dict lookup per value and a copy of the output.
+    """
+
+    rt: StreamRuntime
+    agg: Aggregate
+    columns: list[str]
+    prior: np.ndarray
+    thresholds: np.ndarray  # per table of rt.tables: its noise's back-off threshold
+    cells: np.ndarray = field(repr=False, compare=False)  # tables one after another, int64
+    offsets: np.ndarray = field(repr=False, compare=False)  # start of each of rt.tables
+    hasher: KeyHasher = field(repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls, rt: StreamRuntime, agg: Aggregate, *, previous: Featurizer | None = None
+    ) -> Featurizer:
+        """``previous``: a featurizer of the same aggregate, whose stacked cells are reused
+        when its tables are the same (the runtime is refreshed every few seconds)."""
+        cfg = rt.config
+        if (
+            previous is not None
+            and previous.agg is agg
+            and [t.id for t in previous.rt.tables] == [t.id for t in rt.tables]
+        ):
+            cells, offsets = previous.cells, previous.offsets
+        else:
+            cells, offsets = _stack(rt, agg)
+        return cls(
+            rt=rt,
+            agg=agg,
+            columns=column_names([t.name for t in rt.tables], rt.labels, rt.passthrough),
+            prior=prior_probabilities(agg.prior),
+            thresholds=np.array(
+                [
+                    backoff_threshold(
+                        noise_variance=rt.noise.variance_for(rt.weight_of(t)),
+                        n_windows=agg.n_windows,
+                        n_labels=len(rt.labels),
+                        sigmas=cfg.featurize.backoff_sigmas,
+                    )
+                    for t in rt.tables
+                ],
+                dtype=np.float64,
+            ),
+            cells=cells,
+            offsets=offsets,
+            hasher=KeyHasher(seed=rt.hash_seed, spec=rt.spec),
+        )
+
+    @property
+    def epoch(self) -> int:
+        return self.agg.epoch
+
+    def transform(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """Rows (feature name → value; missing features are null) → ``(n, len(columns))``."""
+        if 0 < len(rows) <= FEW_ROWS:
+            return self._transform_few(rows)
+        rt = self.rt
+        names = {f for t in rt.tables for f in t.features} | set(rt.passthrough)
+        columns = {name: [r.get(name) for r in rows] for name in names}
+        return self.transform_columns(columns, len(rows))
+
+    def transform_columns(self, columns: Mapping[str, Sequence[object]], n_rows: int) -> np.ndarray:
+        """The same from columns (feature name → ``n_rows`` values; an absent name is null)."""
+        encoded, raw = self.encode_columns(columns, n_rows)
+        return self.transform_encoded(encoded, raw, n_rows)
+
+    def encode_columns(
+        self, columns: Mapping[str, Sequence[object]], n_rows: int
+    ) -> tuple[dict[str, Encoded], list[np.ndarray]]:
+        """Codes of every feature a table uses (``encode_column``) and the passthrough values,
+        the input of ``transform_encoded``."""
+        missing: list[object] = [None] * n_rows
+
+        def column(name: str) -> Sequence[object]:
+            col = columns.get(name)
+            return missing if col is None else col
+
+        specs = {f.name: f for f in self.rt.features}
+        encoded = {f: encode_column(column(f), specs[f]) for f in self.encoded_features}
+        return encoded, [passthrough_values(column(f)) for f in self.rt.passthrough]
+
+    @property
+    def encoded_features(self) -> list[str]:
+        """The features some table reads, in the order of the tables."""
+        return list(dict.fromkeys(f for t in self.rt.tables for f in t.features))
+
+    def transform_encoded(
+        self,
+        encoded: Mapping[str, Encoded],
+        raw: Sequence[np.ndarray],
+        n_rows: int,
+        *,
+        by_column: bool = False,
+    ) -> np.ndarray:
+        """``transform`` from each feature's codes (``encode_column``; every feature of
+        ``encoded_features``) and the passthrough columns' values: ``(n_rows, len(columns))``,
+        or with ``by_column`` its transpose ``(len(columns), n_rows)``, C-contiguous (each
+        column one flat array, as Arrow takes them)."""
+        rt, spec = self.rt, self.rt.spec
+        per_table = [combine_codes([encoded[f] for f in t.features]) for t in rt.tables]
+        sizes = np.array([len(e.keys) for e in per_table], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        buckets, signs = self.hasher.hash_many(
+            [(t.name, e.keys) for t, e in zip(rt.tables, per_table, strict=True)]
+        )
+        est = estimate_stacked(self.cells, np.repeat(self.offsets, sizes), buckets, signs, spec)
+        derived = _per_key_block(
+            est,
+            prior=self.prior,
+            alpha=rt.config.featurize.alpha,
+            threshold=np.repeat(self.thresholds, sizes),
+        )
+        n_tab, width = len(rt.tables), derived.shape[1]
+        if by_column:
+            out_t = np.empty((n_tab * width + len(raw), n_rows), dtype=np.float64)
+            if n_rows and per_table:
+                derived_t = np.ascontiguousarray(derived.T)  # (width, keys): rows are columns
+                for j, e in enumerate(per_table):
+                    block = out_t[j * width : (j + 1) * width]
+                    np.take(derived_t, e.codes + starts[j], axis=1, out=block, mode="clip")
+            for k, values in enumerate(raw):
+                out_t[n_tab * width + k] = values
+            return out_t
+        out = np.empty((n_rows, n_tab * width + len(raw)), dtype=np.float64)
+        if n_rows and per_table:
+            # Block by block: each row's key in every table, then one take of their derived
+            # columns, straight into the output when it has no passthrough columns (a 1M-row
+            # batch writes ~1 GB: temporaries of that size would double the page faults).
+            m = min(ROW_BLOCK, n_rows)
+            index = np.empty((m, n_tab), dtype=np.int64)
+            staging = None if not raw else np.empty((m * n_tab, width), dtype=np.float64)
+            for lo in range(0, n_rows, ROW_BLOCK):
+                hi = min(lo + ROW_BLOCK, n_rows)
+                rows_here = index[: hi - lo]
+                for j, e in enumerate(per_table):
+                    np.add(e.codes[lo:hi], starts[j], out=rows_here[:, j])
+                flat = rows_here.reshape(-1)
+                if staging is None:
+                    target = out[lo:hi].reshape(-1, width)  # a view: out is C-contiguous
+                    np.take(derived, flat, axis=0, out=target, mode="clip")
+                else:
+                    part = staging[: flat.size]
+                    np.take(derived, flat, axis=0, out=part, mode="clip")
+                    out[lo:hi, : n_tab * width] = part.reshape(hi - lo, n_tab * width)
+        if raw:
+            out[:, n_tab * width :] = np.stack(raw, axis=1)
+        return out
+
+    def _transform_few(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """``transform`` of a handful of rows (a featurize request's usual size): the same
+        canonical keys, hashes and estimates, without the per-feature encoding arrays, whose
+        numpy calls would cost more than the rows."""
+        rt, spec = self.rt, self.rt.spec
+        specs = {f.name: f for f in rt.features}
+        groups = []
+        for t in rt.tables:
+            if len(t.features) == 1:
+                one = specs[t.features[0]]
+                keys = [canonical_value(r.get(one.name), one) for r in rows]
+            else:
+                fs = [specs[name] for name in t.features]
+                keys = [SEPARATOR.join(canonical_value(r.get(f.name), f) for f in fs) for r in rows]
+            groups.append((t.name, keys))
+        n, n_tab = len(rows), len(rt.tables)
+        buckets, signs = self.hasher.hash_many(groups)  # table-major: key j*n + i is row i
+        est = estimate_stacked(self.cells, np.repeat(self.offsets, n), buckets, signs, spec)
+        derived = _per_key_block(
+            est,
+            prior=self.prior,
+            alpha=rt.config.featurize.alpha,
+            threshold=np.repeat(self.thresholds, n),
+        )
+        width = derived.shape[1]
+        out = np.empty((n, n_tab * width + len(rt.passthrough)), dtype=np.float64)
+        out[:, : n_tab * width] = derived.reshape(n_tab, n, width).transpose(1, 0, 2).reshape(n, -1)
+        for j, name in enumerate(rt.passthrough):
+            out[:, n_tab * width + j] = [_num(r.get(name)) for r in rows]
+        return out
+
+
+def _stack(rt: StreamRuntime, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregate's cells as one flat int64 array and where each of ``rt``'s tables starts;
+    the aggregate's own array when it holds every table (no copy), else a copy with zeros for
+    the tables it lacks (added after its windows)."""
+    cells = getattr(agg, "cells", None)
+    layout = getattr(agg, "layout", None)
+    if cells is not None and layout is not None and cells.dtype == np.int64:
+        where: dict[int, tuple[int, int]] = {}
+        pos = 0
+        for tid, size in layout:
+            where[tid] = (pos, size)
+            pos += size
+        if all(where.get(t.id, (0, -1))[1] == rt.spec.cells for t in rt.tables):
+            return cells, np.array([where[t.id][0] for t in rt.tables], dtype=np.int64)
+    zeros = np.zeros(rt.spec.cells, np.int64)
+    parts = [agg.tables.get(t.id, zeros) for t in rt.tables]
+    offsets = np.arange(len(parts), dtype=np.int64) * rt.spec.cells
+    flat = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    return flat, offsets
+
+
+def _per_key_block(
+    estimates: np.ndarray, *, prior: np.ndarray, alpha: float, threshold: np.ndarray
+) -> np.ndarray:
+    """One row per key: the table block of ``column_names`` (counts, total, p, log-odds,
+    back-off), from ``derived_columns``."""
+    counts, total, p, logodds, backoff = derived_columns(
+        estimates, prior=prior, alpha=alpha, threshold=threshold
+    )
+    return assemble([(counts, total, p, logodds, backoff)], [], estimates.shape[0])
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan

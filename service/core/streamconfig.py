@@ -1,0 +1,167 @@
+"""A stream's configuration: the body that creates it, every field validated, defaults
+documented here and in the README's stream reference. Pure (pydantic only): the runtime, the
+budget split and the featurizer are computed from it."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+FEATURE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+
+Scalar = str | int | float | bool | None  # a feature value in a row
+
+StreamName = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case, 1-64 chars")]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FeatureIn(Strict):
+    name: str = Field(pattern=FEATURE_PATTERN)
+    kind: Literal["categorical", "numeric"] = "categorical"
+    buckets: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="numeric only: strictly increasing bucket edges",
+    )
+    passthrough: bool = Field(default=False, description="numeric only: also emit the raw value")
+
+    @model_validator(mode="after")
+    def _check(self) -> FeatureIn:
+        if self.kind == "numeric":
+            if not self.buckets:
+                raise ValueError(f"numeric feature {self.name!r} needs 'buckets' (bucket edges)")
+            if any(not math.isfinite(b) for b in self.buckets):
+                raise ValueError(f"buckets of {self.name!r} must be finite numbers")
+            if any(b >= a for b, a in zip(self.buckets, self.buckets[1:], strict=False)):
+                raise ValueError(f"buckets of {self.name!r} must be strictly increasing")
+        else:
+            if self.buckets is not None:
+                raise ValueError(f"categorical feature {self.name!r} takes no 'buckets'")
+            if self.passthrough:
+                raise ValueError(f"categorical feature {self.name!r} cannot be passed through")
+        return self
+
+
+class PrivacyIn(Strict):
+    mechanism: Literal["laplace", "gaussian", "none"] = Field(
+        default="laplace",
+        description="'none' (no noise, no guarantee) is refused in production",
+    )
+    epsilon: float | None = Field(default=None, gt=0, le=100, description="laplace: default 1.0")
+    rho: float | None = Field(default=None, gt=0, le=100, description="gaussian: default 0.5")
+    delta: float = Field(default=1e-9, gt=0, lt=1, description="δ for reporting ρ-zCDP as (ε, δ)")
+    epsilon_selection: float = Field(
+        default=0.0, ge=0, le=100, description="budget of each count-table selection round; 0: off"
+    )
+    groups_per_round: int = Field(default=1, ge=1, le=16)
+    min_records: int = Field(
+        default=100_000,
+        ge=1,
+        le=1_000_000_000,
+        description=(
+            "selection: the public record count a round is calibrated to, never the hot "
+            "period's own count (scores of the hot period plus this many placeholder records; "
+            "sensitivity that of this many records, service.core.selection); best near or "
+            "above the usual hot-period size"
+        ),
+    )
+    user_key: str | None = Field(default=None, pattern=FEATURE_PATTERN)
+    max_contributions_per_window: int = Field(default=1, ge=1, le=10_000)
+    table_weights: dict[str, Annotated[float, Field(ge=0.001, le=1000)]] = Field(
+        default_factory=dict,
+        max_length=256,
+        description=(
+            "feature name → the share of the per-window budget its table gets, relative to 1 "
+            "(every other table's weight, each selected group's and each unused slot's); the "
+            "budget is split in proportion, so a table that counts a few large classes can "
+            "give most of its share to sparse ones"
+        ),
+    )
+    prior_weight: float = Field(default=1.0, ge=0.001, le=1000, description="the prior table's")
+
+    @model_validator(mode="after")
+    def _defaults(self) -> PrivacyIn:
+        if self.mechanism == "laplace":
+            if self.rho is not None:
+                raise ValueError("'rho' belongs to the gaussian mechanism; laplace takes 'epsilon'")
+            self.epsilon = 1.0 if self.epsilon is None else self.epsilon
+        elif self.mechanism == "gaussian":
+            if self.epsilon is not None:
+                raise ValueError("'epsilon' belongs to the laplace mechanism; gaussian takes 'rho'")
+            self.rho = 0.5 if self.rho is None else self.rho
+        elif self.epsilon is not None or self.rho is not None:
+            raise ValueError("mechanism 'none' takes neither 'epsilon' nor 'rho'")
+        return self
+
+
+class SketchIn(Strict):
+    width: int = Field(default=16384, ge=2, le=1 << 24, description="a power of two")
+    depth: int = Field(default=5, ge=1, le=16)
+
+    @field_validator("width")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"width must be a power of two, got {v}")
+        return v
+
+
+class FeaturizeSettings(Strict):
+    alpha: float = Field(default=1.0, ge=0, le=1e6, description="prior pseudo-count")
+    backoff_sigmas: float = Field(default=1.0, ge=0, le=100)
+
+
+class StreamCreate(Strict):
+    name: StreamName
+    features: list[FeatureIn] = Field(min_length=1, max_length=256)
+    labels: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        min_length=2, max_length=64
+    )
+    window_seconds: int = Field(default=86400, ge=1, le=366 * 86400)
+    hot_windows: int = Field(default=2, ge=1, le=1000)
+    retention_windows: int = Field(default=30, ge=1, le=10_000)
+    privacy: PrivacyIn = Field(default_factory=PrivacyIn)
+    sketch: SketchIn = Field(default_factory=SketchIn)
+    max_tables: int | None = Field(
+        default=None,
+        ge=2,
+        le=1024,
+        description="default: one table per feature + the prior table + 4 for selected groups",
+    )
+    featurize: FeaturizeSettings = Field(default_factory=FeaturizeSettings)
+    retrain_grace_seconds: int = Field(
+        default=3600,
+        ge=0,
+        le=30 * 86400,
+        description="after a roll, how long a model trained before it is still served",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> StreamCreate:
+        names = [f.name for f in self.features]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate feature names: {dupes}")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels must be distinct")
+        if self.privacy.user_key is not None and self.privacy.user_key not in names:
+            raise ValueError(f"privacy.user_key {self.privacy.user_key!r} is not a feature")
+        unknown = sorted(set(self.privacy.table_weights) - set(names))
+        if unknown:
+            raise ValueError(f"privacy.table_weights: {unknown} are not features")
+        needed = len(self.features) + 1
+        if self.max_tables is None:
+            self.max_tables = needed + 4
+        elif self.max_tables < needed:
+            raise ValueError(
+                f"max_tables must be at least the number of features + 1 (the prior table) "
+                f"= {needed}, got {self.max_tables}"
+            )
+        return self

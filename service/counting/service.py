@@ -1,0 +1,155 @@
+"""Counting (the worker's job, every ``count_seconds``; a roll counts what is left before a
+window's tables join the count period, and expire counts before it deletes): hot rows accepted
+by ingest are counted into their window's tables from a per-window checkpoint.
+
+Every run of entries is parsed (``service.core.counting.parse_rows``), its increments summed
+per cell (``count_increments``) and applied together with the move of the window's checkpoint
+by compare-and-set (``count.lua`` via ``ctx.stores.counting``), so every accepted row is
+counted exactly once whatever crashes or races. A table with many increments is read, added to
+in numpy and written whole (saturated as BITFIELD saturates); the others get their increments
+as one string (``pack_ops``): redis-py packing hundreds of thousands of small arguments cost
+more than the increments. The rows parsed by column go with them (``Keys.cols``): the train
+set reads those instead of parsing JSON again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import numpy as np
+
+from service.context import AppContext
+from service.core.counting import Increments, count_increments, parse_rows, tables_of, within_bound
+from service.core.runtime import StreamRuntime
+from service.errors import Unavailable
+from service.streams import repository
+from service.streams import service as streams
+
+log = logging.getLogger("selectivity.counting")
+
+COUNT_CHUNK = 20_000  # hot entries counted per compare-and-set
+# A table with more increments than its cells / DENSE_RATIO is read, added to and written
+# whole (two bulk strings) instead of incremented op by op (BITFIELD costs Redis ~1 µs an op;
+# a whole table ~1 ns a cell).
+DENSE_RATIO = 64
+COUNT_SECONDS_MAX = 30.0  # one counting call stops catching up after this long
+
+
+def _added(inc: Increments, tables: list[int], whole: list[bytes]) -> list[bytes]:
+    return [inc.added_to(i, b) for i, b in zip(tables, whole, strict=True)]
+
+
+async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> int:
+    """Count window ``window``'s hot entries that are not counted yet into its tables, until
+    none is left (for at most ``COUNT_SECONDS_MAX`` past the entries there were at the start);
+    returns the number of entries counted by this call. Safe to run concurrently and to crash
+    anywhere: each run of entries is applied together with the move of the window's
+    checkpoint, by compare-and-set (``count.lua``), so every entry is counted exactly once; the
+    rows parsed by column go with them (``Keys.cols``: the train set reads those). A window
+    leaves the hot period only once it is counted to its end (``lifecycle.roll`` and
+    ``lifecycle.expire`` call this first)."""
+    store = ctx.stores.counting
+    windows = ctx.stores.windows
+    last = await windows.hot_last_id(rt.name, window)
+    if last is None:
+        return 0
+    tables = tables_of(rt, window)
+    table_ids = [t.id for t in tables]
+    bound = rt.config.privacy.max_contributions_per_window
+    users_ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * (
+        rt.config.hot_windows + 1
+    )
+    deadline = time.monotonic() + COUNT_SECONDS_MAX
+    total = 0
+    expected = await store.counted(rt.name, window)
+    while True:
+        if expected == last:  # caught up: count what was accepted meanwhile, for a while
+            newer = await windows.hot_last_id(rt.name, window)
+            if newer is None or newer == last or time.monotonic() > deadline:
+                return total
+            last = newer
+        start = b"(" + expected if expected else "-"
+        chunk = await windows.hot_chunk(rt.name, window, start, last, COUNT_CHUNK)
+        if chunk is None:
+            return total
+        checkpoint, n, rows = chunk
+        parsed, blob = await asyncio.to_thread(
+            parse_rows, rt, rows, after=expected, last=checkpoint
+        )
+        users = b""
+        counted = parsed
+        if parsed.users is not None:
+            seen = np.array(await store.seen(rt.name, window, parsed.user_ids), dtype=np.int64)
+            mask, after = within_bound(parsed.users, seen, bound)
+            counted = parsed.only(mask)
+            changed = np.flatnonzero(after != seen)
+            users = b" ".join(
+                b"%s %d" % (parsed.user_ids[u].encode(), after[u]) for u in changed.tolist()
+            )
+        inc = await asyncio.to_thread(count_increments, rt, tables, counted.encoded, counted.labels)
+        # Tables with many increments are written whole (the prior table never is).
+        dense = [i for i in range(len(tables)) if inc.size(i) * DENSE_RATIO > rt.spec.cells]
+        values: dict[int, bytes] = {}
+        if dense:
+            current, whole = await store.read_tables(
+                stream=rt.name, window=window, table_ids=[table_ids[i] for i in dense]
+            )
+            if current != expected:  # another counter moved on: start again from there
+                expected = current
+                continue
+            present = [b for b in whole if b is not None]
+            if len(present) < len(whole):
+                raise Unavailable(
+                    f"window {window} of stream {rt.name!r} has no tables to count into"
+                )
+            added = await asyncio.to_thread(_added, inc, dense, present)
+            values = dict(zip(dense, added, strict=True))
+        sparse = [i for i in range(inc.n_tables) if i not in values]
+        values.update(zip(sparse, inc.packed(sparse), strict=True))
+        status, current_ = await store.count(
+            stream=rt.name,
+            window=window,
+            expected=expected,
+            checkpoint=checkpoint,
+            table_ids=table_ids,
+            whole=[i in dense for i in range(inc.n_tables)],
+            values=[values[i] for i in range(inc.n_tables)],
+            users=users,
+            users_ttl=users_ttl,
+            columns=blob,
+        )
+        if status == "missing":
+            raise Unavailable(f"window {window} of stream {rt.name!r} has no tables to count into")
+        if status == "ok":
+            total += n
+            expected = checkpoint
+        else:  # another counter moved the checkpoint: go on from where it got to
+            expected = current_ or b""
+
+
+async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
+    """Count every window of the hot period of ``epoch`` (the open one included) up to now."""
+    lo, hi = rt.hot_period(epoch)
+    total = 0
+    for w in range(max(lo, 1), hi + 1):
+        total += await count_window(ctx=ctx, rt=rt, window=w)
+    return total
+
+
+async def count_all(ctx: AppContext) -> dict[str, int]:
+    """The counting job: for every stream, count the hot entries accepted since the last run
+    into their window's tables (one stream's failure does not stop the others)."""
+    async with ctx.sessionmaker() as session:
+        names = [s.name for s in await repository.list_streams(session)]
+    counted = 0
+    for name in names:
+        try:
+            epoch = await ctx.stores.windows.epoch(name)
+            if epoch is None:
+                continue
+            rt = await streams.runtime(ctx=ctx, name=name)
+            counted += await count_hot(ctx=ctx, rt=rt, epoch=epoch)
+        except Exception as exc:
+            log.error("counting failed for stream %s: %s", name, type(exc).__name__)
+    return {"streams": len(names), "counted": counted}

@@ -1,0 +1,87 @@
+"""Expiry: delete what left its period (docs/ARCHITECTURE.md, "Life cycle"). Run by every
+roll, by the seal job once it sealed a window, and by a selection round's follow-up."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.context import AppContext
+from service.core.runtime import StreamRuntime
+from service.counting import service as counting
+from service.db.models import FollowUp
+from service.db.session import scrub_deleted
+from service.reference import service as reference
+from service.streams import repository
+
+log = logging.getLogger("selectivity.lifecycle")
+
+FOLLOW_UP_MAX_ATTEMPTS = 5  # a follow-up that failed this often is left for an operator
+
+
+async def _windows_rounds_will_read(
+    session: AsyncSession, rt: StreamRuntime, hot_lo: int
+) -> set[int]:
+    """Windows before the hot period that a selection round not yet run will read: the round
+    of the roll to E reads windows E − H … E − 1 (``service.selection``)."""
+    pending = await session.execute(
+        select(FollowUp.epoch).where(
+            FollowUp.stream_id == rt.id,
+            FollowUp.kind == "selection_round",
+            FollowUp.done_at.is_(None),
+            FollowUp.attempts < FOLLOW_UP_MAX_ATTEMPTS,
+        )
+    )
+    h = rt.config.hot_windows
+    return {w for e in pending.scalars() for w in range(e - h, e) if w < hot_lo}
+
+
+async def expire(
+    *, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None
+) -> dict[str, int]:
+    """Delete what left its period: hot data of sealed windows before the hot period, the
+    reference models (and their exact statistics) of earlier epochs, the tables of windows
+    past retention, aggregates older than the previous epoch. Hot data of windows not yet
+    sealed into the cold store is kept (the seal checkpoint is
+    ``stream_window.cold_sealed_at``), so is hot data a pending selection round of the roll
+    that closed it has still to read (the round's follow-up expires it when done), and hot
+    data is counted before it is deleted; a
+    reference model is deleted at once (docs/ARCHITECTURE.md, "Threat model and promises",
+    promise 1). No exact per-window statistic is stored in SQL (``GET /windows`` counts the
+    hot windows' observations live)."""
+    store = ctx.stores.windows
+    now = now or datetime.now(UTC)
+    hot_lo, _ = rt.hot_period(epoch)
+    count_lo, _ = rt.count_period(epoch)
+    ids = [t.id for t in rt.tables]
+    deleted_hot = deleted_tables = 0
+    async with ctx.sessionmaker() as session, session.begin():  # first, on its own
+        deleted_models = await reference.expire(
+            ctx=ctx, session=session, stream_id=rt.id, epoch=epoch
+        )
+    async with ctx.sessionmaker() as session, session.begin():
+        read_by_rounds = await _windows_rounds_will_read(session, rt, hot_lo)
+        for w in await repository.windows_to_expire_hot(session, rt.id, hot_lo):
+            if w.epoch in read_by_rounds:
+                continue
+            await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
+            await store.delete_hot(rt.name, w.epoch)
+            w.hot_deleted_at = now
+            deleted_hot += 1
+        for w in await repository.windows_past_retention(session, rt.id, count_lo):
+            await store.delete_tables(rt.name, w.epoch, ids)
+            w.state, w.expired_at = "expired", now
+            deleted_tables += 1
+    await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
+    if deleted_hot:
+        await store.rewrite_aof()
+    if not await scrub_deleted(ctx.engine) and ctx.engine.dialect.name == "sqlite":
+        log.warning("the SQLite WAL was busy: deleted rows are scrubbed at the next expiry")
+    return {
+        "hot_windows_deleted": deleted_hot,
+        "table_windows_deleted": deleted_tables,
+        "reference_models_deleted": deleted_models,
+    }

@@ -1,0 +1,41 @@
+"""The per-stream lock: rolls, expiry outside a roll, and the commit of a selection round hold
+it, so none of them interleave on one stream (docs/ARCHITECTURE.md, "Life cycle")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from redis.exceptions import LockError
+
+from service.context import AppContext
+from service.errors import Unavailable
+
+LOCK_WAIT_SECONDS = 600.0  # a caller waits this long for the holder to finish
+
+
+@contextlib.asynccontextmanager
+async def stream_lock(ctx: AppContext, name: str) -> AsyncIterator[None]:
+    """Hold stream ``name``'s lock, renewed while held: it expires ``roll_lock_seconds`` after
+    its holder dies, so a killed holder blocks the next one for at most that long, however
+    long a live one takes."""
+    ttl = ctx.settings.roll_lock_seconds
+    lock = ctx.stores.windows.lock(name, "roll", timeout=ttl, blocking_timeout=LOCK_WAIT_SECONDS)
+    if not await lock.acquire():
+        raise Unavailable(f"stream {name!r} is being rolled by another process; retry later")
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            await lock.reacquire()
+
+    keeper = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await keeper
+        with contextlib.suppress(LockError):  # expired while we were stalled: nothing to free
+            await lock.release()

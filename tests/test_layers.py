@@ -1,0 +1,57 @@
+"""The dependency direction of docs/ARCHITECTURE.md ("Layers"), as `make lint` checks it: the
+import-linter contracts of pyproject.toml hold, and no module of the service imports a
+project module inside a function (an import that dodges a cycle)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_import_contracts_hold() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_no_function_level_imports_of_project_modules() -> None:
+    found = []
+    for path in sorted([*ROOT.glob("service/**/*.py"), *ROOT.glob("workers/**/*.py")]):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                    "service",
+                    "workers",
+                    "bench",
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                if isinstance(node, ast.Import) and any(
+                    a.name.split(".")[0] in ("service", "workers", "bench") for a in node.names
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_source_file_is_over_900_lines() -> None:
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in sorted(
+            [
+                *ROOT.glob("service/**/*.py"),
+                *ROOT.glob("workers/**/*.py"),
+                *ROOT.glob("bench/**/*.py"),
+            ]
+        )
+        if (n := len(p.read_text().splitlines())) > 900
+    ]
+    assert long == []
