@@ -7,7 +7,7 @@ On SQLite, ``secure_delete`` zeroes what is deleted here.
 
 Revision ID: c12a01000001
 Revises: 7f3c1a9e2b10
-Create Date: 2026-11-24 09:00:00
+Create Date: 2026-11-23 09:00:00
 """
 
 from __future__ import annotations

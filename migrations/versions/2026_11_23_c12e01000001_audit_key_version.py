@@ -6,8 +6,8 @@ the database does not hold) and anchors the switch outside the database
 (docs/ARCHITECTURE.md, "Audit log").
 
 Revision ID: c12e01000001
-Revises: c12d01000001
-Create Date: 2026-11-24 09:00:00
+Revises: c12a01000001
+Create Date: 2026-11-23 12:40:00
 """
 
 from __future__ import annotations
