@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from service.context import AppContext
 from service.core import counting as counting_math
@@ -15,6 +17,7 @@ from service.core.featurize import table_name
 from service.core.runtime import StreamRuntime, TableRef
 from service.core.streamconfig import StreamCreate
 from service.counting import service as counting
+from service.db.models import Base
 from service.ingest import service as ingest_service
 from service.ingest.schemas import IngestIn
 from service.streams import service as streams
@@ -155,3 +158,45 @@ def forbid_prngs(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ["Random", "SystemRandom", "random", "getrandbits", "randbytes", "randint",
                  "seed", "choice", "uniform", "gauss"]:  # fmt: skip
         monkeypatch.setattr(random, name, forbidden)
+
+
+async def redis_dump(ctx: AppContext) -> bytes:
+    """Every key and value of this run in Redis (its prefix, and the job queue's keys)."""
+    out: list[bytes] = []
+    async for k in ctx.redis.scan_iter(match=f"*{ctx.keys.prefix}*", count=1000):
+        out.append(k)
+        kind = (await ctx.redis.type(k)).decode()
+        if kind == "string":
+            out.append(await ctx.redis.get(k) or b"")
+        elif kind == "hash":
+            out += [b for kv in (await ctx.redis.hgetall(k)).items() for b in kv]
+        elif kind == "stream":
+            for eid, fields in await ctx.redis.xrange(k):
+                out += [eid, *[b for kv in fields.items() for b in kv]]
+        elif kind == "set":
+            out += list(await ctx.redis.smembers(k))
+        elif kind == "zset":
+            out += list(await ctx.redis.zrange(k, 0, -1))
+        elif kind == "list":
+            out += list(await ctx.redis.lrange(k, 0, -1))
+    return b"\n".join(out)
+
+
+async def sql_dump(ctx: AppContext) -> bytes:
+    """Every live row of every table, as text and raw bytes."""
+    parts: list[bytes] = []
+    async with ctx.sessionmaker() as s:
+        for table in Base.metadata.sorted_tables:
+            for row in (await s.execute(text(f'SELECT * FROM "{table.name}"'))).all():
+                parts += [v if isinstance(v, bytes) else repr(v).encode() for v in row]
+    return b"\n".join(parts)
+
+
+async def aof_rewritten(ctx: AppContext) -> None:
+    """Wait for an AOF rewrite under way (or scheduled) to finish."""
+    for _ in range(200):
+        info = await ctx.redis.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("AOF rewrite did not finish")

@@ -10,7 +10,6 @@ feature's exact minimum and maximum; its split thresholds are midpoints of raw v
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import struct
@@ -20,10 +19,9 @@ import pytest
 from sqlalchemy import select, text
 
 from service.coldstore import service as coldstore
-from service.context import AppContext
-from service.db.models import Base, Stream, Window
+from service.db.models import Stream, Window
 from tests.conftest import Api, Backend, Jobs
-from tests.helpers import ingest, new_stream
+from tests.helpers import aof_rewritten, ingest, new_stream, redis_dump, sql_dump
 
 
 def _rows(rng: np.random.Generator, n: int) -> list[dict]:
@@ -34,47 +32,6 @@ def _rows(rng: np.random.Generator, n: int) -> list[dict]:
         {"features": {"user": f"u{u}", "item": "i", "age": int(a)}, "label": str(y)}
         for u, a, y in zip(users, ages, labels, strict=True)
     ]
-
-
-async def _redis_values(ctx: AppContext) -> bytes:
-    """Every key and value of this run in Redis (its prefix, and the job queue's keys)."""
-    out: list[bytes] = []
-    async for k in ctx.redis.scan_iter(match=f"*{ctx.keys.prefix}*", count=1000):
-        out.append(k)
-        kind = (await ctx.redis.type(k)).decode()
-        if kind == "string":
-            out.append(await ctx.redis.get(k) or b"")
-        elif kind == "hash":
-            out += [b for kv in (await ctx.redis.hgetall(k)).items() for b in kv]
-        elif kind == "stream":
-            for eid, fields in await ctx.redis.xrange(k):
-                out += [eid, *[b for kv in fields.items() for b in kv]]
-        elif kind == "set":
-            out += list(await ctx.redis.smembers(k))
-        elif kind == "zset":
-            out += list(await ctx.redis.zrange(k, 0, -1))
-        elif kind == "list":
-            out += list(await ctx.redis.lrange(k, 0, -1))
-    return b"\n".join(out)
-
-
-async def _sql_rows(ctx: AppContext) -> bytes:
-    """Every live row of every table, as text and raw bytes."""
-    parts: list[bytes] = []
-    async with ctx.sessionmaker() as s:
-        for table in Base.metadata.sorted_tables:
-            for row in (await s.execute(text(f'SELECT * FROM "{table.name}"'))).all():
-                parts += [v if isinstance(v, bytes) else repr(v).encode() for v in row]
-    return b"\n".join(parts)
-
-
-async def _aof_rewritten(ctx: AppContext) -> None:
-    for _ in range(200):
-        info = await ctx.redis.info("persistence")
-        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("AOF rewrite did not finish")
 
 
 async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_period(
@@ -105,8 +62,8 @@ async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_perio
             {"s": stream.id},
         )
     assert model is not None and repr(canary) in model
-    assert holds(await _sql_rows(ctx))
-    assert holds(await _redis_values(ctx))
+    assert holds(await sql_dump(ctx))
+    assert holds(await redis_dump(ctx))
     r = await api.post(f"/v1/streams/{name}/predict", role="model", json={"rows": [{"age": 30}]})
     assert r.status_code == 200 and r.json()["model_epoch"] == 2
     q = (await api.get(f"/v1/streams/{name}/quality", role="model")).json()
@@ -119,7 +76,7 @@ async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_perio
     assert r.status_code == 503
     assert "no reference model for the current hot period" in r.json()["detail"]
     assert (await api.get(f"/v1/streams/{name}/quality", role="model")).json()["epochs"] == []
-    assert not holds(await _sql_rows(ctx))
+    assert not holds(await sql_dump(ctx))
     data_dir = backend.settings.data_dir.resolve()
     if ctx.engine.dialect.name == "sqlite":  # before a new model can reuse the freed pages
         db = data_dir / "selectivity.db"
@@ -136,10 +93,10 @@ async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_perio
         w1 = await s.scalar(select(Window).where(Window.stream_id == stream.id, Window.epoch == 1))
         assert w1 is not None and w1.hot_deleted_at is not None
 
-    assert not holds(await _redis_values(ctx))
-    assert not holds(await _sql_rows(ctx))
+    assert not holds(await redis_dump(ctx))
+    assert not holds(await sql_dump(ctx))
     if backend.embedded is not None:
-        await _aof_rewritten(ctx)
+        await aof_rewritten(ctx)
     files = [p for p in data_dir.rglob("*") if p.is_file()]
     if backend.embedded is not None:
         assert any("aof" in p.name for p in files)

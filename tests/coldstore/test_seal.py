@@ -3,20 +3,20 @@ test of issue 5: after seal and expire the raw data is nowhere the service can r
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from service.coldstore import crypto, files
 from service.coldstore import service as coldstore
 from service.context import AppContext
-from service.db.models import Base, Stream, Window
+from service.db.models import Stream, Window
 from tests.coldstore.conftest import Key, rows, sealed_stream, segments
 from tests.conftest import Api, Jobs
+from tests.helpers import aof_rewritten, redis_dump, sql_dump
 
 
 async def _windows(ctx: AppContext, name: str) -> dict[int, Window]:
@@ -144,46 +144,6 @@ async def test_a_changed_segment_blocks_the_window_seal(api: Api, cold_key: Key)
     assert await ctx.stores.windows.hot_length(name, 1) == 10
 
 
-async def _redis_values(ctx: AppContext) -> bytes:
-    out = []
-    async for k in ctx.redis.scan_iter(match=f"{ctx.keys.prefix}*", count=1000):
-        out.append(k)
-        t = (await ctx.redis.type(k)).decode()
-        if t == "string":
-            out.append(await ctx.redis.get(k) or b"")
-        elif t == "hash":
-            for f, v in (await ctx.redis.hgetall(k)).items():
-                out += [f, v]
-        elif t == "stream":
-            for eid, fields in await ctx.redis.xrange(k):
-                out += [eid, *[b for kv in fields.items() for b in kv]]
-        elif t == "set":
-            out += list(await ctx.redis.smembers(k))
-        elif t == "zset":
-            out += list(await ctx.redis.zrange(k, 0, -1))
-        elif t == "list":
-            out += list(await ctx.redis.lrange(k, 0, -1))
-    return b"\n".join(out)
-
-
-async def _sql_dump(ctx: AppContext) -> str:
-    parts = []
-    async with ctx.sessionmaker() as s:
-        for table in Base.metadata.sorted_tables:
-            for row in (await s.execute(text(f'SELECT * FROM "{table.name}"'))).all():
-                parts.append(repr(tuple(row)))
-    return "\n".join(parts)
-
-
-async def _wait_aof_rewrite(ctx: AppContext) -> None:
-    for _ in range(200):
-        info = await ctx.redis.info("persistence")
-        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("AOF rewrite did not finish")
-
-
 async def test_canary_is_nowhere_after_seal_and_expire(
     api: Api,
     cold_key: Key,
@@ -198,7 +158,7 @@ async def test_canary_is_nowhere_after_seal_and_expire(
     batch[7]["features"]["user"] = canary
     batch[8]["id"] = canary + "-id"
     name = await sealed_stream(api, [batch, [], []])  # epoch 4: window 1 left the hot period
-    found = await _redis_values(ctx)
+    found = await redis_dump(ctx)
     assert canary.encode() in found  # the check can see it while it is hot
     redis_dir = backend.settings.data_dir.resolve() / "redis"
     if backend.embedded is not None:  # ... and in the AOF, before the rewrite
@@ -207,10 +167,10 @@ async def test_canary_is_nowhere_after_seal_and_expire(
     assert stats.windows_sealed >= 1
     await jobs()  # the selection rounds that read window 1 (expiry waits for them)
     assert (await _windows(ctx, name))[1].hot_deleted_at is not None
-    assert canary.encode() not in await _redis_values(ctx)
-    assert canary not in await _sql_dump(ctx)
+    assert canary.encode() not in await redis_dump(ctx)
+    assert canary.encode() not in await sql_dump(ctx)
     if backend.embedded is not None:  # the embedded Redis persists with an AOF: rewritten
-        await _wait_aof_rewrite(ctx)
+        await aof_rewritten(ctx)
         persisted = [p for p in redis_dir.rglob("*") if p.is_file()]
         assert any("aof" in p.name for p in persisted)
         for p in persisted:
@@ -231,5 +191,5 @@ async def test_aof_rewrites_back_to_back_both_start(ctx: AppContext, backend) ->
     await ctx.redis.set(f"{ctx.keys.prefix}:bulk", b"x" * 5_000_000)
     assert await store.rewrite_aof()
     assert await store.rewrite_aof()
-    await _wait_aof_rewrite(ctx)
+    await aof_rewritten(ctx)
     await ctx.redis.delete(f"{ctx.keys.prefix}:bulk")
