@@ -10,7 +10,8 @@ COPY service ./service
 COPY workers ./workers
 COPY migrations ./migrations
 COPY bench ./bench
-RUN pip install .
+RUN pip install . \
+    && install -d -m 0700 -o selectivity -g selectivity /data /coldstore
 USER selectivity
 ENV SELECTIVITY_DATA_DIR=/data
 EXPOSE 8000

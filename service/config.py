@@ -12,7 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SELECTIVITY_", extra="ignore")
+    # An empty variable means unset (compose passes `SELECTIVITY_ADMIN_KEY: ${SELECTIVITY_ADMIN_KEY:-}`
+    # as "" when the operator did not set it).
+    model_config = SettingsConfigDict(
+        env_prefix="SELECTIVITY_", extra="ignore", env_ignore_empty=True
+    )
 
     env: Literal["development", "production"] = "development"
     data_dir: Path = Path("./.selectivity")
