@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test test-fast lint clean
+.PHONY: install run test test-fast fuzz lint clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version.split()[0]'
@@ -25,6 +25,12 @@ test: install
 # Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs): under a minute.
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
+
+# The schema fuzzer against a fresh server, longer than the suite's bounded run.
+FUZZ_SECONDS ?= 600
+fuzz: install
+	SELECTIVITY_FUZZ_SECONDS=$(FUZZ_SECONDS) SELECTIVITY_FUZZ_EXAMPLES=100 \
+		$(PY) -m pytest -q -s -m slow tests/api/test_openapi.py
 
 lint: install
 	$(VENV)/bin/ruff check service workers tests bench

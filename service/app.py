@@ -24,6 +24,7 @@ from service.api import coldstore as coldstore_router
 from service.api import features as features_router
 from service.api import ingest as ingest_router
 from service.api import models as models_router
+from service.api import openapi
 from service.api import privacy as privacy_router
 from service.api import queues as queues_router
 from service.api import reference as reference_router
@@ -82,19 +83,22 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge()
+                    raise _TooLarge(self.limit)
             return msg
 
         try:
             await self.app(scope, limited, send)
-        except _TooLarge:
-            await _error(413, "PayloadTooLarge", f"body exceeds the limit of {self.limit} bytes")(
-                scope, receive, send
-            )
+        except _TooLarge as exc:  # raised where no route's error handling saw it
+            await _error(413, "PayloadTooLarge", exc.detail)(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(StarletteHTTPException):
+    """A body (chunked, or longer than its Content-Length said) past the limit. An HTTP
+    exception, so that FastAPI's body reader re-raises it as it is (any other exception there
+    becomes 400 "There was an error parsing the body") and the handler answers 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"body exceeds the limit of {limit} bytes")
 
 
 class Metrics:
@@ -181,7 +185,9 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        kind = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}.get(
+            exc.status_code, "HTTPError"
+        )
         return _error(exc.status_code, kind, str(exc.detail))
 
     @app.exception_handler(Exception)
@@ -206,6 +212,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         coldstore_router.router,
     ):
         app.include_router(r)
+    openapi.install(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict:

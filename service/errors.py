@@ -44,6 +44,10 @@ class PayloadTooLarge(ServiceError):
     status_code = 413
 
 
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+
+
 class ValidationError(ServiceError):
     status_code = 422
 

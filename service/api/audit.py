@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from service.api.deps import AdminKey, JsonRoute, SessionDep
+from service.api.deps import INT64_MAX, AdminKey, JsonRoute, SessionDep
 from service.audit import service
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
@@ -33,7 +33,7 @@ class AuditPage(BaseModel):
 async def audit_log(
     session: SessionDep,
     _: AdminKey,
-    after: Annotated[int, Query(ge=0, description="entries with seq > after")] = 0,
+    after: Annotated[int, Query(ge=0, le=INT64_MAX, description="entries with seq > after")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
     rows = await service.page(session, after=after, limit=limit)

@@ -1,4 +1,9 @@
-"""Dependencies: the app context, the request-owned session, the caller's key and role."""
+"""Dependencies: the app context, the request-owned session, the caller's key and role.
+
+Every route is a ``JsonRoute``: before the body is read, it refuses a request without a valid
+API key (401) when the route needs one, and a body that is not ``application/json`` (415), so
+that nobody without a key makes the service parse a body, and a client that forgot the header
+is told so instead of a 422 about missing fields."""
 
 from __future__ import annotations
 
@@ -6,13 +11,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, Header, Request, Response
+from fastapi import Depends, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.service import Principal, authenticate
 from service.context import AppContext
-from service.errors import Forbidden
+from service.errors import Forbidden, UnsupportedMediaType
+
+INT64_MAX = 2**63 - 1  # the largest integer SQLite and PostgreSQL (bigint) store: sequence bounds
 
 
 class _OrjsonRequest(Request):
@@ -27,15 +36,39 @@ class _OrjsonRequest(Request):
 
 
 class JsonRoute(APIRoute):
-    """Every route of the API: request bodies parsed by orjson."""
+    """Every route of the API: the key checked before the body is read, JSON bodies only,
+    parsed by orjson."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        needs_key = _needs_key(self.dependant)
+        takes_body = self.body_field is not None
 
         async def handle(request: Request) -> Response:
+            if needs_key:
+                request.state.principal = await authenticate(
+                    ctx=request.app.state.ctx, authorization=request.headers.get("authorization")
+                )
+            if takes_body:
+                _check_json(request.headers.get("content-type"))
             return await handler(_OrjsonRequest(request.scope, request.receive))
 
         return handle
+
+
+def _needs_key(dependant: Dependant) -> bool:
+    return any(d.call is current_key or _needs_key(d) for d in dependant.dependencies)
+
+
+def _check_json(content_type: str | None) -> None:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise UnsupportedMediaType(
+            "Content-Type: the body must be sent with 'Content-Type: application/json'"
+            + (f", not {media[:100]!r}" if media else " (the header is missing)")
+        )
 
 
 def get_ctx(request: Request) -> AppContext:
@@ -59,10 +92,24 @@ async def get_session(ctx: CtxDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
+BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="an API key, `Authorization: Bearer sk_<id>_<secret>`",
+)
+
+
 async def current_key(
-    ctx: CtxDep, authorization: Annotated[str | None, Header()] = None
+    request: Request,
+    ctx: CtxDep,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
 ) -> Principal:
-    return await authenticate(ctx=ctx, authorization=authorization)
+    """The caller, authenticated by ``JsonRoute`` before the body was read (or here, for a
+    route of another class)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        return principal
+    return await authenticate(ctx=ctx, authorization=request.headers.get("authorization"))
 
 
 CurrentKey = Annotated[Principal, Depends(current_key)]

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 
 from service.admin.service import Principal
-from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep, require
+from service.api.deps import INT64_MAX, AnyKey, CtxDep, JsonRoute, SessionDep, require
 from service.audit import service as audit
 from service.errors import (
     Conflict,
@@ -144,7 +144,9 @@ async def labels(
     ctx: CtxDep,
     who: CuratorKey,
     queue: str = QueuePath,
-    after: int = Query(default=0, ge=0, description="the next_after of the previous page"),
+    after: int = Query(
+        default=0, ge=0, le=INT64_MAX, description="the next_after of the previous page"
+    ),
     limit: int = Query(default=1000, ge=1, le=10_000),
 ) -> LabelsOut:
     out = await service.labels(ctx=ctx, name=queue, after=after, limit=limit)

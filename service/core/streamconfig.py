@@ -12,7 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 FEATURE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 
-Scalar = str | int | float | bool | None  # a feature value in a row
+# A feature value in a row. Integers are kept exact in [-2^63, 2^64-1]; ingest refuses larger
+# ones by reading the raw body (service.ingest.service.check_integers: the JSON parser has made
+# them floats by then), and the bound here documents the range in the OpenAPI document.
+ExactInt = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
+Scalar = str | ExactInt | float | bool | None
 
 StreamName = Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case, 1-64 chars")]
 
@@ -54,8 +58,17 @@ class PrivacyIn(Strict):
         default="laplace",
         description="'none' (no noise, no guarantee) is refused in production",
     )
-    epsilon: float | None = Field(default=None, gt=0, le=100, description="laplace: default 1.0")
-    rho: float | None = Field(default=None, gt=0, le=100, description="gaussian: default 0.5")
+    # Lower bounds: the smallest budget whose noise can stay under the 1e7 cell limit
+    # (service.lifecycle.streams.MAX_NOISE_SCALE) at the least sensitivity (Δ1 = 2: one table
+    # and the prior, depth 1; Δ2 = √2): b = Δ1/ε ≤ 1e7 needs ε ≥ 2e-7, σ = Δ2/√(2ρ) ≤ 1e7
+    # needs ρ ≥ 1e-14. Smaller values are refused here, before any arithmetic on them
+    # (5e-324 made the scale inf, 1e-300 divided by zero).
+    epsilon: float | None = Field(
+        default=None, ge=1e-7, le=100, description="laplace: default 1.0; at least 1e-7"
+    )
+    rho: float | None = Field(
+        default=None, ge=1e-14, le=100, description="gaussian: default 0.5; at least 1e-14"
+    )
     delta: float = Field(default=1e-9, gt=0, lt=1, description="δ for reporting ρ-zCDP as (ε, δ)")
     epsilon_selection: float = Field(
         default=0.0, ge=0, le=100, description="budget of each count-table selection round; 0: off"

@@ -33,6 +33,7 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     store = ctx.stores.windows
     served = await store.served(name)
     if served is None:
+        await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
         raise Unavailable(f"stream {name!r} has no count period yet; retry shortly")
     rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(served)
     cache = ctx.caches.featurizers
