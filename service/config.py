@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -12,8 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    # An empty variable means unset (compose passes `SELECTIVITY_ADMIN_KEY: ${SELECTIVITY_ADMIN_KEY:-}`
-    # as "" when the operator did not set it).
+    # An empty variable means unset (compose passes
+    # `SELECTIVITY_ADMIN_KEY: ${SELECTIVITY_ADMIN_KEY:-}` as "" when the operator did not set it).
     model_config = SettingsConfigDict(
         env_prefix="SELECTIVITY_", extra="ignore", env_ignore_empty=True
     )
@@ -70,6 +72,25 @@ class Settings(BaseSettings):
     # An annotation queue whose δ at its ε exceeds this is refused (422) unless created with
     # "accept_delta_above_ceiling": true (docs/ARCHITECTURE.md, "Annotation queues").
     queue_delta_ceiling: float = Field(default=1e-6, gt=0, lt=1)
+    # Webhook targets allowed although internal (docs/ARCHITECTURE.md, "Models and forced
+    # retraining"): comma-separated CIDRs, addresses and host names, e.g.
+    # "10.1.2.0/24,hooks.internal". Other loopback, private, link-local, multicast and reserved
+    # addresses are refused (SSRF), at registration and at each delivery.
+    webhook_allow: str = Field(default="", max_length=4000)
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _webhook_allow(cls, v: str) -> str:
+        for entry in filter(None, (e.strip() for e in v.split(","))):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}", entry):
+                    raise ValueError(
+                        f"WEBHOOK_ALLOW: {entry[:80]!r} is neither a CIDR, an address nor a "
+                        "host name"
+                    ) from None
+        return v
 
     @field_validator("audit_key")
     @classmethod

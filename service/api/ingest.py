@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 
 from service.api.deps import CtxDep, JsonRoute, ProducerKey
 from service.api.streams import StreamPath
@@ -21,12 +21,22 @@ router = APIRouter(prefix="/v1/streams", tags=["ingest"], route_class=JsonRoute)
 )
 async def ingest(
     body: IngestIn,
+    request: Request,
     ctx: CtxDep,
     _: ProducerKey,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=200,
+            description="a retry with the same key and body gets the first answer "
+            "(Idempotent-Replayed: true) and is not accepted again; the same key with another "
+            "body gets 422",
+        ),
+    ] = None,
     stream: str = StreamPath,
 ) -> IngestOut:
+    service.check_integers(await request.body())  # read already: the parsed body's bytes
     out, replayed = await service.ingest(
         ctx=ctx, name=stream, body=body, idempotency_key=idempotency_key
     )

@@ -5,11 +5,12 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
 
-from service.api.deps import CtxDep, JsonRoute, ModelKey, SessionDep
+from service.api.deps import INT64_MAX, CtxDep, JsonRoute, ModelKey, SessionDep
 from service.api.streams import StreamPath
 from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.models import service
 from service.models.schemas import ModelCreate, ModelCreated, ModelOut, TrainedIn
+from service.models.webhooks import Allowlist
 
 router = APIRouter(prefix="/v1/streams", tags=["models"], route_class=JsonRoute)
 ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")
@@ -22,9 +23,14 @@ ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")
     responses=error_responses(NotFound, Conflict, ValidationError),
 )
 async def register(
-    body: ModelCreate, session: SessionDep, _: ModelKey, stream: str = StreamPath
+    body: ModelCreate, ctx: CtxDep, session: SessionDep, _: ModelKey, stream: str = StreamPath
 ) -> ModelCreated:
-    return await service.create(session=session, name=stream, model_in=body)
+    return await service.create(
+        session=session,
+        name=stream,
+        model_in=body,
+        allow=Allowlist.parse(ctx.settings.webhook_allow),
+    )
 
 
 @router.get(
@@ -69,7 +75,9 @@ async def events(
     _: ModelKey,
     stream: str = StreamPath,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
-    after: int | None = Query(default=None, ge=0, description="instead of Last-Event-ID"),
+    after: int | None = Query(
+        default=None, ge=0, le=INT64_MAX, description="instead of Last-Event-ID"
+    ),
     follow_seconds: float = Query(
         default=300, ge=0, le=3600, description="how long to wait for new events; 0: backlog"
     ),
@@ -81,6 +89,8 @@ async def events(
         if (last_event_id and last_event_id.isdigit())
         else 0
     )
+    if start > INT64_MAX:
+        raise ValidationError(f"Last-Event-ID: must be at most {INT64_MAX}")
     body = await service.events(ctx=ctx, name=stream, after=start, follow_seconds=follow_seconds)
     return StreamingResponse(
         body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}

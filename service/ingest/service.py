@@ -1,16 +1,20 @@
 """Rules of ingest: accept a batch into the open window (docs/ARCHITECTURE.md, "Data path").
 
 Accepting is one Lua script per batch (``ingest.lua``): the window must be open, the
-Idempotency-Key new; the rows go to the window's hot stream. Counting them into the window's
-tables is a separate job (``service.counting``): the increments were nine tenths of an ingest
-request's Redis time when the ingest script applied them (``BENCHMARKS.md``), and summed with
-the other batches' by the counter they cost Redis far less."""
+Idempotency-Key new (or used by the same batch, a retry: answered with the stored response;
+a key used by another batch is refused, 422); the rows go to the window's hot stream.
+Counting them into the window's tables is a separate job (``service.counting``): the
+increments were nine tenths of an ingest request's Redis time when the ingest script applied
+them (``BENCHMARKS.md``), and summed with the other batches' by the counter they cost Redis
+far less."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import time
+from typing import Any
 
 import orjson
 from sqlalchemy import select
@@ -27,6 +31,14 @@ MAX_WINDOW_RETRIES = 8
 # How long an API process trusts "no cold-store key yet" (a key, once made, is never removed:
 # "a key exists" is trusted for the life of the process).
 NO_KEY_RECHECK_SECONDS = 1.0
+# Integers a body may hold exactly: orjson parses a wider one as a float, silently rounded, so
+# distinct values (a categorical identifier) would collide. Such integers are refused.
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+# Every integer outside the range has 19 digits or more: a body's digits mapped to "1", the
+# other bytes to "0", looked for as a run of 19 (two C-speed passes, ~1 ms a MiB).
+_DIGITS = bytes(49 if 48 <= b <= 57 else 48 for b in range(256))
+_LONG_RUN = b"1" * 19
+REUSED_KEY = "Idempotency-Key reused with a different request body"
 NO_KEY = (
     "no cold-store key: run the key ceremony "
     "(`selectivity admin init-coldstore --shares N --threshold M`)"
@@ -68,6 +80,38 @@ def batch_rows(body: IngestIn) -> list[bytes]:
     ]
 
 
+def batch_fingerprint(rows: list[bytes]) -> str:
+    """SHA-256 of the batch's canonical rows (``batch_rows``: the validated body, re-encoded):
+    the same body sent again has the same fingerprint, in any window."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(b"%d:" % len(row))
+        digest.update(row)
+    return digest.hexdigest()
+
+
+def check_integers(raw: bytes) -> None:
+    """Refuse a feature value that is an integer outside [INT_MIN, INT_MAX] (422 naming it):
+    the parsed body holds it as a rounded float. Bodies without a run of 19 digits (nearly
+    all) are not parsed again."""
+    if _LONG_RUN not in raw.translate(_DIGITS):
+        return
+    try:
+        body: Any = json.loads(raw)  # exact integers; only to find the offending value
+    except ValueError:
+        return
+    observations = body.get("observations") if isinstance(body, dict) else None
+    for i, o in enumerate(observations if isinstance(observations, list) else []):
+        features = o.get("features") if isinstance(o, dict) else None
+        for name, value in (features if isinstance(features, dict) else {}).items():
+            if type(value) is int and not INT_MIN <= value <= INT_MAX:
+                raise ValidationError(
+                    f"observations[{i}].features.{str(name)[:64]}: integer outside the range "
+                    f"[-2^63, 2^64-1] kept exact; send it as a string (an identifier) or as a "
+                    f"float literal (a quantity)"
+                )
+
+
 def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
     limit = ctx.settings.max_batch
     if len(body.observations) > limit:
@@ -97,12 +141,14 @@ async def ingest(
 ) -> tuple[IngestOut, bool]:
     """Accept a batch into the open window; returns (response, replayed). A batch whose window
     closes under it is accepted into the next window; a retried batch (same Idempotency-Key)
-    is never accepted twice while its window is in the hot period. The counting job
+    is never accepted twice while its window is in the hot period, and a key reused with
+    another batch is refused (422, the new rows not accepted). The counting job
     (``service.counting.service.count_window``) counts accepted rows into the window's tables."""
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
     await require_coldstore_key(ctx)
     rows = batch_rows(body)
+    fingerprint = batch_fingerprint(rows)
     token = (
         hashlib.sha256(idempotency_key.encode()).hexdigest()
         if idempotency_key
@@ -118,9 +164,11 @@ async def ingest(
         raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
     if idempotency_key:
         earlier = list(range(max(1, epoch - rt.config.hot_windows), epoch))
-        replay = await store.find_replay(stream=name, windows=earlier, token=token)
+        replay = await store.find_replay(
+            stream=name, windows=earlier, token=token, fingerprint=fingerprint
+        )
         if replay is not None:
-            return IngestOut.model_validate_json(replay), True
+            return _replayed(*replay)
     ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * rt.config.hot_windows
     for _ in range(MAX_WINDOW_RETRIES):
         out = IngestOut(accepted=len(rows), window=epoch)
@@ -128,6 +176,7 @@ async def ingest(
             stream=name,
             window=epoch,
             token=token,
+            fingerprint=fingerprint,
             rows=rows,
             response=out.model_dump_json().encode(),
             ttl=ttl,
@@ -135,11 +184,16 @@ async def ingest(
         if status == "ok":
             epochs[name] = epoch
             return out, False
-        if status == "dup":
-            assert stored is not None
-            return IngestOut.model_validate_json(stored), True
+        if status in ("dup", "mismatch"):
+            return _replayed(status, stored)
         fresh = await windows.epoch(name)  # closed: the stream rolled under us
         if fresh is None or fresh == epoch:
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")
         epoch = fresh
     raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
+
+
+def _replayed(status: str, stored: bytes | None) -> tuple[IngestOut, bool]:
+    if status == "mismatch" or stored is None:
+        raise ValidationError(REUSED_KEY)
+    return IngestOut.model_validate_json(stored), True

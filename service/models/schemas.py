@@ -42,4 +42,4 @@ class ModelCreated(ModelOut):
 
 class TrainedIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    epoch: int = Field(ge=1)
+    epoch: int = Field(ge=1, le=2**63 - 1)

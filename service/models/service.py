@@ -22,6 +22,7 @@ from service.db.models import Model, Stream, StreamEvent, WebhookDelivery
 from service.errors import Conflict, NotFound, RetrainRequired, ValidationError
 from service.models import repository
 from service.models.schemas import ModelCreate, ModelCreated, ModelOut, ModelStatus
+from service.models.webhooks import Allowlist, WebhookRefused, check, pinned
 from service.streams import service as streams
 
 log = logging.getLogger("selectivity.models")
@@ -77,10 +78,19 @@ def _out(
     )
 
 
-async def create(*, session: AsyncSession, name: str, model_in: ModelCreate) -> ModelCreated:
+async def create(
+    *, session: AsyncSession, name: str, model_in: ModelCreate, allow: Allowlist
+) -> ModelCreated:
+    """Register a model; its webhook URL must reach a public address, or one the operator
+    allows (``service.models.webhooks``), else 422."""
     stream = await streams.get(session=session, name=name)
     if await repository.get_by_name(session, stream.id, model_in.name) is not None:
         raise Conflict(f"model {model_in.name!r} already exists on stream {name!r}")
+    if model_in.webhook_url is not None:
+        try:
+            await check(str(model_in.webhook_url), allow)
+        except WebhookRefused as exc:
+            raise ValidationError(f"webhook_url: refused: {exc}") from None
     secret = model_in.webhook_secret
     if model_in.webhook_url is not None and secret is None:
         secret = secrets.token_urlsafe(32)
@@ -226,7 +236,9 @@ async def notify_roll(*, ctx: AppContext, stream_id: int, epoch: int) -> dict[st
                     )
     if not jobs:
         return {"delivered": 0, "failed": 0}
-    async with httpx.AsyncClient(timeout=ctx.settings.webhook_timeout_seconds) as client:
+    async with httpx.AsyncClient(
+        timeout=ctx.settings.webhook_timeout_seconds, follow_redirects=False
+    ) as client:
         results = await asyncio.gather(*[_deliver(ctx, client, *job) for job in jobs])
     return {"delivered": sum(results), "failed": len(results) - sum(results)}
 
@@ -242,37 +254,41 @@ async def _deliver(
     secret: str,
 ) -> bool:
     body = orjson.dumps({"event": kind, "event_id": event_id, "model_id": model_id, **data})
+    allow = Allowlist.parse(ctx.settings.webhook_allow)
     delay = ctx.settings.webhook_backoff_seconds
     for attempt in range(1, ctx.settings.webhook_attempts + 1):
         ts = str(int(time.time()))
         status: int | None = None
         error: str | None = None
         try:
-            r = await client.post(
-                url,
-                content=body,
-                headers={
-                    "Content-Type": "application/json",
-                    "X-Selectivity-Event": kind,
-                    "X-Selectivity-Event-Id": str(event_id),
-                    "X-Selectivity-Timestamp": ts,
-                    "X-Selectivity-Signature": signature(secret, ts, body),
-                },
-            )
-            status = r.status_code
-        except httpx.HTTPError as exc:
-            error = type(exc).__name__
-        async with ctx.sessionmaker() as session, session.begin():
-            await repository.add_delivery(
-                session,
-                WebhookDelivery(
-                    model_id=model_id,
-                    event_id=event_id,
-                    attempt=attempt,
-                    status_code=status,
-                    error=error,
-                ),
-            )
+            # checked at every attempt (DNS may have changed since registration), and sent to
+            # the address checked; a redirect is not followed (a 3xx is a failed attempt)
+            addresses = await check(url, allow)
+        except WebhookRefused as exc:
+            await _record(ctx, model_id, event_id, attempt, None, f"refused: {exc}"[:200])
+            log.warning("webhook of model %s refused: %s", model_id, exc)
+            return False
+        headers = {
+            "Content-Type": "application/json",
+            "X-Selectivity-Event": kind,
+            "X-Selectivity-Event-Id": str(event_id),
+            "X-Selectivity-Timestamp": ts,
+            "X-Selectivity-Signature": signature(secret, ts, body),
+        }
+        for address in addresses:  # the next one only when one refuses the connection
+            target, host, extensions = pinned(url, address)
+            try:
+                r = await client.post(
+                    target, content=body, extensions=extensions, headers={**host, **headers}
+                )
+                status, error = r.status_code, None
+                break
+            except httpx.ConnectError as exc:
+                error = type(exc).__name__
+            except httpx.HTTPError as exc:
+                error = type(exc).__name__
+                break
+        await _record(ctx, model_id, event_id, attempt, status, error)
         if status is not None and 200 <= status < 300:
             return True
         if attempt < ctx.settings.webhook_attempts:
@@ -280,6 +296,27 @@ async def _deliver(
             delay *= 2
     log.warning("webhook of model %s gave up after %d attempts", model_id, attempt)
     return False
+
+
+async def _record(
+    ctx: AppContext,
+    model_id: str,
+    event_id: int,
+    attempt: int,
+    status: int | None,
+    error: str | None,
+) -> None:
+    async with ctx.sessionmaker() as session, session.begin():
+        await repository.add_delivery(
+            session,
+            WebhookDelivery(
+                model_id=model_id,
+                event_id=event_id,
+                attempt=attempt,
+                status_code=status,
+                error=error,
+            ),
+        )
 
 
 def _sse(event: StreamEvent) -> bytes:
