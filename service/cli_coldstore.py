@@ -1,5 +1,5 @@
 """CLI for the cold store and break-glass access: ``admin init-coldstore``, ``audit verify``,
-and ``unlock request|approve|status|export|close`` (the last over HTTP, as an analyst or admin
+and ``unlock request|approve|status|list|export|close`` (the last over HTTP, as an analyst or admin
 would use them)."""
 
 from __future__ import annotations
@@ -217,14 +217,75 @@ def cmd_unlock_export(args: argparse.Namespace) -> None:
             for chunk in resp.iter_bytes():
                 f.write(chunk)
                 bar.update(task, advance=len(chunk))
-    errors = 0
-    if args.format == "ndjson":
-        with open(out, "rb") as f:
-            errors = sum(1 for line in f if line.startswith(b'{"window"') and b'"error"' in line)
-    print(
-        f"written to {out} (mode 0600)"
-        + (f"; {errors} segment(s) failed their checks" if errors else "")
-    )
+    manifest = _manifest(out, args.format)
+    print(f"written to {out} (mode 0600)")
+    if manifest is None:
+        print("warning: the export has no manifest: it was cut short")
+        sys.exit(1)
+    for w in manifest.get("rows_per_window", []):
+        print(f"window {w['window']}: {w['rows']} rows")
+    for w in manifest.get("not_sealed", []):
+        print(f"window {w['window']} ({w['state']}): {w['note']}")
+    if not manifest.get("rows_per_window") and not manifest.get("not_sealed"):
+        print("no window of the range holds sealed data")
+    if manifest.get("failed_segments"):
+        print(f"{manifest['failed_segments']} segment(s) failed their checks")
+    if not manifest.get("complete", True):
+        print("warning: the grant ended during the export: it is incomplete")
+
+
+def _manifest(path: str, fmt: str) -> dict[str, Any] | None:
+    """The export's manifest, its last record."""
+    if fmt == "ndjson":
+        last = b""
+        with open(path, "rb") as f:
+            for line in f:
+                last = line
+        if not last.startswith(b'{"manifest"'):
+            return None
+        return dict(json.loads(last)["manifest"])
+    import pyarrow as pa
+
+    found = None
+    try:
+        with open(path, "rb") as f, pa.ipc.open_stream(f) as reader:
+            while True:
+                try:
+                    _, meta = reader.read_next_batch_with_custom_metadata()
+                except StopIteration:
+                    break
+                if meta is not None and b"manifest" in meta:
+                    found = json.loads(meta[b"manifest"])["manifest"]
+    except pa.ArrowInvalid:
+        return None
+    return found
+
+
+def cmd_unlock_list(args: argparse.Namespace) -> None:
+    """Unlock requests, newest first (admins): one line each, every page."""
+    params: dict[str, Any] = {"limit": 100}
+    if args.status:
+        params["status"] = args.status
+    n = 0
+    with _client(args) as c:
+        while True:
+            page = _check(c.get("/v1/admin/unlock-requests", params=params))
+            for r in page["requests"]:
+                rng = (
+                    f"windows {r['from_window']}..{r['to_window']}"
+                    if r["from_window"] is not None
+                    else f"{r['from_time']}..{r['to_time']}"
+                )
+                print(
+                    f"{r['id']}  {r['status']:<8} {r['stream']}  {rng}  by {r['requested_by']}"
+                    f"  {r['created_at']}  approvals {r['approvals']}/{r['threshold']}"
+                )
+                n += 1
+            if not page.get("next_before") or (args.limit and n >= args.limit):
+                break
+            params["before"] = page["next_before"]
+    if n == 0:
+        print("no unlock requests" + (f" with status {args.status}" if args.status else ""))
 
 
 def register(sub: Any, admin: Any) -> None:
@@ -273,6 +334,10 @@ def register(sub: Any, admin: Any) -> None:
         p = common(us.add_parser(name, help=help_))
         p.add_argument("id")
         p.set_defaults(fn=fn)
+    ls = common(us.add_parser("list", help="list requests, newest first (admin)"))
+    ls.add_argument("--status", choices=["pending", "granted", "closed"])
+    ls.add_argument("--limit", type=int, default=0, help="show at most this many (default all)")
+    ls.set_defaults(fn=cmd_unlock_list)
     e = common(us.add_parser("export", help="download the granted range (analyst)"))
     e.add_argument("id")
     e.add_argument("--format", choices=["ndjson", "arrow"], default="ndjson")

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admin import repository
@@ -19,6 +23,8 @@ from service.config import Settings
 from service.context import AppContext
 from service.db.models import ApiKey
 from service.errors import Unauthorized, ValidationError
+
+log = logging.getLogger("selectivity.admin")
 
 
 @dataclass(frozen=True)
@@ -78,20 +84,62 @@ async def authenticate(*, ctx: AppContext, authorization: str | None) -> Princip
     return principal
 
 
+RECOVERY = (
+    "mint a new admin key with `selectivity admin create-key --role admin` (it talks to the "
+    "database directly, no API key needed)"
+)
+
+
 async def bootstrap_admin(*, sessionmaker: async_sessionmaker, settings: Settings) -> str | None:
     """When no admin key exists: use SELECTIVITY_ADMIN_KEY, or generate one into
-    ``<data dir>/admin.key`` (mode 0600). Returns the path written, if any."""
-    async with sessionmaker() as session, session.begin():
-        if await repository.any_admin(session):
-            return None
-        given = settings.admin_key
-        created = await create(session=session, role="admin", name="bootstrap", key=given)
-    if given:
-        return None
+    ``<data dir>/admin.key`` (mode 0600). Returns the path written, if any.
+
+    The key file is written first (atomically: a 0600 temp file in the same directory, then
+    ``os.replace``) and the admin row committed after it, so a failed write leaves no row
+    (nobody would hold the key) and a failed commit removes the file. When an admin exists
+    but the bootstrap key file does not (and no SELECTIVITY_ADMIN_KEY), it warns how to
+    recover."""
     path = settings.data_dir / "admin.key"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w") as f:
-        f.write(created.key + "\n")
+    written = False
+    try:
+        async with sessionmaker() as session, session.begin():
+            if await repository.any_admin(session):
+                if not settings.admin_key and not path.exists():
+                    boot = await session.scalar(
+                        select(ApiKey.id).where(ApiKey.name == "bootstrap").limit(1)
+                    )
+                    if boot is not None:
+                        log.warning(
+                            "the bootstrap admin key exists but %s does not (deleted, or its "
+                            "write failed in an older version): if nobody holds an admin key, %s",
+                            path,
+                            RECOVERY,
+                        )
+                return None
+            given = settings.admin_key
+            created = await create(session=session, role="admin", name="bootstrap", key=given)
+            if given:
+                return None
+            write_key_file(path, created.key)
+            written = True
+    except BaseException:
+        if written:
+            path.unlink(missing_ok=True)
+        raise
     return str(path)
+
+
+def write_key_file(path: Path, key: str) -> None:
+    """``path`` holds ``key`` (mode 0600 whatever the umask), or is left as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

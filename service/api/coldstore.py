@@ -12,7 +12,17 @@ from fastapi.responses import StreamingResponse
 from service.admin.service import Principal
 from service.api.deps import AdminKey, CtxDep, JsonRoute, require
 from service.coldstore import unlock
-from service.coldstore.schemas import ApproveIn, ExportFormat, UnlockRequestIn, UnlockRequestOut
+from service.coldstore.schemas import (
+    MAX_LIST_LIMIT,
+    MAX_WINDOW,
+    WINDOW_RANGE,
+    ApproveIn,
+    ExportFormat,
+    UnlockRequestIn,
+    UnlockRequestOut,
+    UnlockRequestPage,
+    UnlockStatus,
+)
 from service.errors import (
     Conflict,
     Forbidden,
@@ -36,6 +46,26 @@ ERRORS = error_responses(Forbidden, NotFound, Conflict, ValidationError)
 async def create(body: UnlockRequestIn, ctx: CtxDep, who: AnalystKey) -> UnlockRequestOut:
     """File a request for a stream's raw data: windows or a time range, and why."""
     return await unlock.create_request(ctx=ctx, who=who, body=body)
+
+
+@router.get("", response_model=UnlockRequestPage, responses=error_responses(ValidationError))
+async def list_requests(
+    ctx: CtxDep,
+    _: AdminKey,
+    status: Annotated[
+        UnlockStatus | None,
+        Query(description="pending, granted, or closed (closed and expired); all if omitted"),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_LIST_LIMIT, description=f"1 <= limit <= {MAX_LIST_LIMIT}")
+    ] = 50,
+    before: Annotated[
+        str | None,
+        Query(max_length=32, description="the next_before of the previous page"),
+    ] = None,
+) -> UnlockRequestPage:
+    """Unlock requests, newest first (admins)."""
+    return await unlock.list_requests(ctx=ctx, status=status, limit=limit, before=before)
 
 
 @router.get("/{request_id}", response_model=UnlockRequestOut, responses=ERRORS)
@@ -62,14 +92,17 @@ async def export(
     ctx: CtxDep,
     who: AnalystKey,
     format: Annotated[ExportFormat, Query()] = "ndjson",  # noqa: A002
-    from_window: Annotated[int | None, Query(ge=1)] = None,
-    to_window: Annotated[int | None, Query(ge=1)] = None,
+    from_window: Annotated[int | None, Query(ge=1, le=MAX_WINDOW, description=WINDOW_RANGE)] = None,
+    to_window: Annotated[int | None, Query(ge=1, le=MAX_WINDOW, description=WINDOW_RANGE)] = None,
     from_time: datetime | None = None,
     to_time: datetime | None = None,
 ) -> StreamingResponse:
     """The decrypted observations of the granted range (or a part of it), NDJSON or Arrow IPC.
     A segment that fails its checks is reported in the stream (an ``error`` row) and the
-    export goes on with the next one."""
+    export goes on with the next one. The last record is the manifest (NDJSON: a
+    ``{"manifest": ...}`` line; Arrow: the custom metadata ``manifest`` of an empty last batch):
+    rows per window, counted from the decrypted segments, and the windows of the range not
+    (yet) sealed, which the export does not hold."""
     body = await unlock.export(
         ctx=ctx,
         who=who,

@@ -11,13 +11,19 @@ Segments. A segment file is ::
 
     b"SLSEG1\\n" | uint32 big-endian header length | header (canonical JSON) | HPKE message
 
-The header names the stream, window, entry range, count, key id, codec and format version.
-The HPKE message is RFC 9180 single-shot base mode, suite X25519 / HKDF-SHA256 / AES-256-GCM
-(cryptography's ``hpke.Suite``), sealed to the public key with ``info = b"selectivity/segment/v1"
-|| header``: a changed header (or one swapped in from another segment) makes the AEAD tag fail,
-so a segment opens only under its own header. The plaintext is lines ``<entry id> <raw row
-JSON>``, compressed by the header's codec: ``zstd`` (level 3, pyarrow's codec; the header also
-carries the uncompressed ``size``), or ``zlib`` in segments written before zstd (still read).
+The header (format version 2) names the stream, window, the segment's number in its window
+(``seq``), key id, codec and format version: nothing about the rows. Their count, first and last
+entry ids (exact arrival times) and uncompressed size are sealed with them: the HPKE plaintext
+is ``uint32 big-endian inner length | inner header (canonical JSON) | compressed body``, so no
+exact per-window statistic is readable without the key (issue 12 item 2). Version 1 segments
+(written before) carried ``first``, ``last``, ``count`` and ``size`` in the clear header and a
+bare compressed body; they are still read. The HPKE message is RFC 9180 single-shot base
+mode, suite X25519 / HKDF-SHA256 / AES-256-GCM (cryptography's ``hpke.Suite``), sealed to the
+public key with ``info = b"selectivity/segment/v1" || header``: a changed header (or one
+swapped in from another segment) makes the AEAD tag fail, so a segment opens only under its own
+header. The rows are lines ``<entry id> <raw row JSON>``, compressed by the header's codec:
+``zstd`` (level 3, pyarrow's codec; the inner header carries the uncompressed ``size``), or
+``zlib`` in segments written before zstd (still read).
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from cryptography.hazmat.primitives import hpke, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 MAGIC = b"SLSEG1\n"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+INNER_FIELDS = ("first", "last", "count")  # sealed with the rows since version 2
 INFO_PREFIX = b"selectivity/segment/v1"
 TAG_PREFIX = b"selectivity/coldstore-key/v1"
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
@@ -140,12 +148,18 @@ def encode_rows(entries: Sequence[tuple[bytes, bytes]]) -> bytes:
 def seal(
     header: dict[str, Any], entries: Sequence[tuple[bytes, bytes]], public_key: bytes
 ) -> bytes:
-    """One segment file's bytes: ``entries`` are (stream entry id, raw row JSON)."""
+    """One segment file's bytes: ``entries`` are (stream entry id, raw row JSON). The fields
+    of ``header`` that describe the rows (``first``, ``last``, ``count``) and the uncompressed
+    size go inside the encrypted part; the rest is the clear (authenticated) header."""
     plain = encode_rows(entries)
-    hdr = header_bytes({**header, "v": FORMAT_VERSION, "codec": "zstd", "size": len(plain)})
-    if len(hdr) > MAX_HEADER:
+    outer = {k: v for k, v in header.items() if k not in INNER_FIELDS}
+    hdr = header_bytes({**outer, "v": FORMAT_VERSION, "codec": "zstd"})
+    inner = header_bytes(
+        {**{k: header[k] for k in INNER_FIELDS if k in header}, "size": len(plain)}
+    )
+    if len(hdr) > MAX_HEADER or len(inner) > MAX_HEADER:
         raise ValueError("segment header too long")
-    body = _ZSTD.compress(plain, asbytes=True)
+    body = struct.pack(">I", len(inner)) + inner + _ZSTD.compress(plain, asbytes=True)
     sealed = SUITE.encrypt(body, public_key_of(public_key), info=INFO_PREFIX + hdr)
     return MAGIC + struct.pack(">I", len(hdr)) + hdr + sealed
 
@@ -180,7 +194,7 @@ def split(data: bytes) -> tuple[dict[str, Any], bytes, bytes]:
         header = orjson.loads(hdr)
     except orjson.JSONDecodeError:
         raise SegmentError("segment header is not JSON") from None
-    if not isinstance(header, dict) or header.get("v") != FORMAT_VERSION:
+    if not isinstance(header, dict) or header.get("v") not in READ_VERSIONS:
         raise SegmentError("unknown segment format version")
     return header, hdr, data[start + n :]
 
@@ -195,6 +209,9 @@ def open_segment(
         body = SUITE.decrypt(sealed, private_key, info=INFO_PREFIX + hdr)
     except (InvalidTag, ValueError):
         raise SegmentError("authentication failed: the segment or its header was altered") from None
+    if header.get("v") != 1:  # the row statistics are sealed with the rows
+        header = {**header, **_inner(body)}
+        body = body[4 + struct.unpack_from(">I", body)[0] :]
     rows = []
     for line in _decompress(header, body).split(b"\n"):
         eid, _, row = line.partition(b" ")
@@ -202,3 +219,18 @@ def open_segment(
     if len(rows) != header.get("count"):
         raise SegmentError("entry count does not match the header")
     return header, rows
+
+
+def _inner(body: bytes) -> dict[str, Any]:
+    if len(body) < 4:
+        raise SegmentError("segment body too short")
+    (n,) = struct.unpack_from(">I", body)
+    if n > MAX_HEADER or 4 + n > len(body):
+        raise SegmentError("inner header length out of range")
+    try:
+        inner = orjson.loads(body[4 : 4 + n])
+    except orjson.JSONDecodeError:
+        raise SegmentError("inner header is not JSON") from None
+    if not isinstance(inner, dict):
+        raise SegmentError("inner header is not an object")
+    return {k: inner.get(k) for k in (*INNER_FIELDS, "size")}

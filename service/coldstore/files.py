@@ -1,4 +1,6 @@
-"""Segment files on disk: ``<root>/<stream id>/<window>/<first>-<last>.seg``, written
+"""Segment files on disk: ``<root>/<stream id>/<window>/<seq>.seg`` (``seq``: the segment's
+number in its window, zero-padded; segments before format version 2 were named
+``<first entry id>-<last entry id>.seg``, exact arrival times, and keep their names), written
 atomically (temp file in the same directory, fsync, rename, fsync of the directory)."""
 
 from __future__ import annotations
@@ -10,8 +12,14 @@ from pathlib import Path
 from service.resources import private_dirs
 
 
-def segment_path(root: Path, stream_id: int, epoch: int, first: str, last: str) -> Path:
-    return root / str(stream_id) / str(epoch) / f"{first}-{last}.seg"
+def segment_path(root: Path, stream_id: int, epoch: int, seq: int) -> Path:
+    return root / str(stream_id) / str(epoch) / f"{seq:06d}.seg"
+
+
+def seq_of(path: str) -> int | None:
+    """The ``seq`` a version-2 segment's file name gives, None for an older name."""
+    stem = Path(path).stem
+    return int(stem) if stem.isdigit() else None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -35,14 +43,14 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(dfd)
 
 
-def remove_unindexed(root: Path, stream_id: int, epoch: int, first: str, keep: set[str]) -> int:
-    """Delete files of a window starting at ``first`` that the index does not know (left by a
-    seal that crashed between the rename and the index commit; ciphertext, but still garbage)."""
+def remove_unindexed(root: Path, stream_id: int, epoch: int, keep: set[str]) -> int:
+    """Delete files of a window that the index does not know (left by a seal that crashed
+    between the rename and the index commit; ciphertext, but still garbage)."""
     d = root / str(stream_id) / str(epoch)
     removed = 0
     if not d.is_dir():
         return 0
-    for p in d.glob(f"{first}-*.seg"):
+    for p in d.glob("*.seg"):
         if str(p) not in keep:
             p.unlink(missing_ok=True)
             removed += 1

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from service.streams.schemas import StreamName
 
 MAX_TTL_SECONDS = 86400
+MAX_WINDOW = 2**31 - 1
+"""The largest window number: windows are 32-bit ``INTEGER`` columns in SQL (PostgreSQL's
+``integer``), so anything larger is refused with a 422 naming the field before it reaches SQL."""
+WINDOW_RANGE = f"1 <= window <= {MAX_WINDOW} (2^31-1, a 32-bit SQL integer)"
 
 
 class UnlockRequestIn(BaseModel):
@@ -18,12 +22,27 @@ class UnlockRequestIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stream: StreamName
-    from_window: int | None = Field(default=None, ge=1)
-    to_window: int | None = Field(default=None, ge=1)
+    from_window: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_WINDOW,
+        description=f"first window of the range; {WINDOW_RANGE}, at most the stream's current one",
+    )
+    to_window: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_WINDOW,
+        description=f"last window of the range; {WINDOW_RANGE}, at most the stream's current one",
+    )
     from_time: datetime | None = None
     to_time: datetime | None = None
     justification: str = Field(min_length=10, max_length=2000)
-    ttl_seconds: int = Field(default=900, ge=60, le=MAX_TTL_SECONDS)
+    ttl_seconds: int = Field(
+        default=900,
+        ge=60,
+        le=MAX_TTL_SECONDS,
+        description=f"grant lifetime: 60 <= ttl_seconds <= {MAX_TTL_SECONDS}",
+    )
 
     @model_validator(mode="after")
     def _range(self) -> UnlockRequestIn:
@@ -51,6 +70,11 @@ class ApproveIn(BaseModel):
     share: str = Field(min_length=20, max_length=1000, description="one SLIP-39 mnemonic share")
 
 
+UnlockStatus = Literal["pending", "granted", "closed"]
+"""The ``status`` filter of the list: ``closed`` also takes ``expired`` requests."""
+MAX_LIST_LIMIT = 500
+
+
 class UnlockRequestOut(BaseModel):
     id: str
     stream: str
@@ -70,6 +94,13 @@ class UnlockRequestOut(BaseModel):
     expires_at: datetime | None
     closed_at: datetime | None
     note: str | None = None
+
+
+class UnlockRequestPage(BaseModel):
+    requests: list[UnlockRequestOut]
+    next_before: str | None = Field(
+        default=None, description="pass as ``before`` for the next (older) page; null at the end"
+    )
 
 
 ExportFormat = Literal["ndjson", "arrow"]

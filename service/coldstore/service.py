@@ -206,35 +206,34 @@ async def seal_stream(
                     raise RuntimeError(f"hot entry {eid.decode()} has no d field")
                 rows.append((eid, row))
             first, last = rows[0][0].decode(), rows[-1][0].decode()
-            header = {
-                "stream": name,
-                "stream_id": stream_id,
-                "window": w.epoch,
-                "first": first,
-                "last": last,
-                "count": len(rows),
-                "key_id": key_id,
-            }
-            data = await asyncio.to_thread(crypto.seal, header, rows, public_key)
-            path = files.segment_path(root, stream_id, w.epoch, first, last)
             async with ctx.sessionmaker() as session, session.begin():
-                known = {
-                    s.path
-                    for s in await session.scalars(
+                indexed = list(
+                    await session.scalars(
                         select(ColdSegment).where(
-                            ColdSegment.stream_id == stream_id,
-                            ColdSegment.epoch == w.epoch,
-                            ColdSegment.first_id == first,
+                            ColdSegment.stream_id == stream_id, ColdSegment.epoch == w.epoch
                         )
                     )
-                }
-                if known:  # another sealer got here first
+                )
+                if any(s.first_id == first for s in indexed):  # another sealer got here first
                     cursor = await session.scalar(
                         select(Window.seal_cursor).where(Window.id == w.id)
                     )
                     continue
+                seq = len(indexed) + 1
+                header = {  # first, last and count are sealed inside (crypto.seal)
+                    "stream": name,
+                    "stream_id": stream_id,
+                    "window": w.epoch,
+                    "seq": seq,
+                    "first": first,
+                    "last": last,
+                    "count": len(rows),
+                    "key_id": key_id,
+                }
+                data = await asyncio.to_thread(crypto.seal, header, rows, public_key)
+                path = files.segment_path(root, stream_id, w.epoch, seq)
                 await asyncio.to_thread(
-                    files.remove_unindexed, root, stream_id, w.epoch, first, set()
+                    files.remove_unindexed, root, stream_id, w.epoch, {s.path for s in indexed}
                 )
                 await asyncio.to_thread(files.write_atomic, path, data)
                 session.add(
@@ -294,6 +293,8 @@ async def _verify_window(*, ctx: AppContext, name: str, stream_id: int, window: 
             return False
         if hashlib.sha256(data).digest() != s.sha256:
             log.error("segment %s of %s/%d fails its SHA-256", s.id, name, window.epoch)
+            return False
+        if s.count is None:  # left the hot period: nothing left to check against
             return False
         total += s.count
     hot = await store.hot_length(name, window.epoch)
@@ -365,13 +366,13 @@ def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
     except crypto.SegmentError as exc:
         yield ExportItem(seg.epoch, segment=name, error="; ".join([*problems, str(exc)]))
         return
-    expected = {
-        "stream_id": seg.stream_id,
-        "window": seg.epoch,
-        "first": seg.first_id,
-        "last": seg.last_id,
-        "count": seg.count,
-    }
+    expected: dict[str, Any] = {"stream_id": seg.stream_id, "window": seg.epoch}
+    if header.get("v") != 1:
+        expected["seq"] = files.seq_of(seg.path)
+    # the index keeps the row statistics only during the hot period (expire drops them)
+    for k, v in (("first", seg.first_id), ("last", seg.last_id), ("count", seg.count)):
+        if v is not None:
+            expected[k] = v
     wrong = [k for k, v in expected.items() if header.get(k) != v]
     if wrong:
         problems.append(f"header belongs to another segment (differs in {', '.join(wrong)})")

@@ -8,6 +8,7 @@ import asyncio
 import io
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,10 +20,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.admin.service import Principal
 from service.audit import service as audit
 from service.coldstore import crypto
-from service.coldstore.schemas import ExportFormat, UnlockRequestIn, UnlockRequestOut
+from service.coldstore.schemas import (
+    ExportFormat,
+    UnlockRequestIn,
+    UnlockRequestOut,
+    UnlockRequestPage,
+    UnlockStatus,
+)
 from service.coldstore.service import ExportItem, active_key, read_segment
 from service.context import AppContext
-from service.db.models import ColdSegment, ColdStoreKey, Stream, UnlockApproval, UnlockRequest
+from service.db.models import (
+    ColdSegment,
+    ColdStoreKey,
+    Stream,
+    UnlockApproval,
+    UnlockRequest,
+    Window,
+)
 from service.errors import Conflict, Forbidden, NotFound, ServiceError, Unavailable, ValidationError
 from service.vault import Grant, Share
 
@@ -69,13 +83,38 @@ async def _out(
     )
 
 
+async def current_epoch(ctx: AppContext, session: AsyncSession, stream: Stream) -> int:
+    """The stream's current (open) window: its hot store's epoch, else its newest SQL window."""
+    epoch = await ctx.stores.windows.epoch(stream.name)
+    if epoch is None:
+        epoch = await session.scalar(
+            select(func.max(Window.epoch)).where(Window.stream_id == stream.id)
+        )
+    return int(epoch or 0)
+
+
 async def create_request(
     *, ctx: AppContext, who: Principal, body: UnlockRequestIn
 ) -> UnlockRequestOut:
+    """A request for windows beyond the stream's current one (which hold nothing and would
+    later open onto data nobody approved) or for a time range ending in the future is
+    refused."""
     async with ctx.sessionmaker() as session, session.begin():
         stream = await session.scalar(select(Stream).where(Stream.name == body.stream))
         if stream is None:
             raise NotFound(f"stream {body.stream!r} not found")
+        if body.to_window is not None:
+            epoch = await current_epoch(ctx, session, stream)
+            if body.to_window > epoch:
+                field = "from_window" if body.from_window > epoch else "to_window"  # type: ignore[operator]
+                raise ValidationError(
+                    f"{field}: window {getattr(body, field)} does not exist yet; the stream's "
+                    f"current window is {epoch} (request windows 1..{epoch})"
+                )
+        if body.to_time is not None and body.to_time > datetime.now(UTC) + FUTURE_SKEW:
+            raise ValidationError(
+                "to_time: is in the future; a request may only cover data that exists (up to now)"
+            )
         key = await active_key(session)
         if key is None:
             raise Unavailable("no cold-store key: run `selectivity admin init-coldstore` first")
@@ -112,6 +151,39 @@ async def create_request(
         },
     )
     return out
+
+
+FUTURE_SKEW = timedelta(minutes=5)  # clock skew allowed on to_time
+
+
+async def list_requests(
+    *, ctx: AppContext, status: UnlockStatus | None, limit: int, before: str | None
+) -> UnlockRequestPage:
+    """Newest first; ``before`` is the last id of the previous page. ``closed`` also lists
+    expired requests."""
+    q = select(UnlockRequest)
+    if status == "closed":
+        q = q.where(UnlockRequest.status.in_(("closed", "expired")))
+    elif status is not None:
+        q = q.where(UnlockRequest.status == status)
+    async with ctx.sessionmaker() as session:
+        if before is not None:
+            anchor = await session.get(UnlockRequest, before)
+            if anchor is None:
+                raise ValidationError(f"before: unlock request {before!r} not found")
+            q = q.where(
+                (UnlockRequest.created_at < anchor.created_at)
+                | ((UnlockRequest.created_at == anchor.created_at) & (UnlockRequest.id < anchor.id))
+            )
+        found = list(
+            await session.scalars(
+                q.order_by(UnlockRequest.created_at.desc(), UnlockRequest.id.desc()).limit(
+                    limit + 1
+                )
+            )
+        )
+        page = [await _out(session, r) for r in found[:limit]]
+    return UnlockRequestPage(requests=page, next_before=page[-1].id if len(found) > limit else None)
 
 
 async def _load(session: AsyncSession, rid: str, *, for_update: bool = False) -> UnlockRequest:
@@ -407,6 +479,17 @@ async def export(
             segments = list(await session.scalars(q.order_by(ColdSegment.epoch, ColdSegment.id)))
             for s in segments:
                 session.expunge(s)
+            wq = select(Window.epoch, Window.state, Window.cold_sealed_at).where(
+                Window.stream_id == r.stream_id
+            )
+            if lo_w is not None:
+                wq = wq.where(Window.epoch >= lo_w, Window.epoch <= hi_w)
+            if lo_t is not None:
+                wq = wq.where(
+                    Window.opened_at <= hi_t,
+                    Window.closed_at.is_(None) | (Window.closed_at >= lo_t),
+                )
+            windows = list((await session.execute(wq.order_by(Window.epoch))).all())
     except ServiceError as exc:
         if isinstance(exc, NotFound):
             raise
@@ -423,7 +506,41 @@ async def export(
             "segments": len(segments),
         },
     )
-    return _stream(ctx, who, rid, grant, segments, fmt, lo_t, hi_t)
+    sealed = [w.epoch for w in windows if w.cold_sealed_at is not None]
+    not_sealed = [
+        {
+            "window": w.epoch,
+            "state": w.state,
+            "note": "not (yet) sealed into the cold store: its rows are not in this export"
+            if w.state == "open"
+            else "closed but not yet sealed and verified: its rows are not (all) in this export",
+        }
+        for w in windows
+        if w.cold_sealed_at is None
+    ]
+    return _stream(ctx, who, rid, grant, segments, fmt, lo_t, hi_t, Manifest(sealed, not_sealed))
+
+
+@dataclass
+class Manifest:
+    """The export's last record: rows per window, counted from the decrypted segments (SQL
+    keeps no row count past the hot period), and the windows of the range not (yet) sealed."""
+
+    sealed: list[int]
+    not_sealed: list[dict[str, Any]]
+    rows: dict[int, int] = field(default_factory=dict)
+    failed_segments: int = 0
+    complete: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        windows = sorted(set(self.sealed) | set(self.rows))
+        return {
+            "rows_per_window": [{"window": w, "rows": self.rows.get(w, 0)} for w in windows],
+            "rows": sum(self.rows.values()),
+            "not_sealed": self.not_sealed,
+            "failed_segments": self.failed_segments,
+            "complete": self.complete,
+        }
 
 
 def _range(
@@ -475,6 +592,7 @@ async def _stream(
     fmt: ExportFormat,
     lo_t: datetime | None,
     hi_t: datetime | None,
+    manifest: Manifest,
 ) -> AsyncIterator[bytes]:
     if fmt == "arrow":
         sink = io.BytesIO()
@@ -482,11 +600,15 @@ async def _stream(
         yield _drain(sink)
     for seg in segments:
         if grant.private_key is None or grant.expires_at <= datetime.now(UTC):
+            manifest.complete = False
             break  # the grant ended during the export
         items = await asyncio.to_thread(_read_all, seg, grant.private_key)
         items = [i for i in items if i.error is not None or _in_time(i.entry_id or "", lo_t, hi_t)]
         for i in items:
-            if i.error is not None:
+            if i.error is None:
+                manifest.rows[i.window] = manifest.rows.get(i.window, 0) + 1
+            else:
+                manifest.failed_segments += 1
                 await audit.record(
                     ctx.sessionmaker,
                     actor=who.key_id,
@@ -509,7 +631,12 @@ async def _stream(
                 cols["error"].append(i.error)
             writer.write_batch(pa.record_batch(cols, schema=ARROW_SCHEMA))
             yield _drain(sink)
-    if fmt == "arrow":
+    summary = orjson.dumps({"manifest": manifest.as_dict()})
+    if fmt == "ndjson":
+        yield summary + b"\n"
+    else:  # an empty last batch carries the manifest in its custom metadata
+        empty = pa.record_batch({n: [] for n in ARROW_SCHEMA.names}, schema=ARROW_SCHEMA)
+        writer.write_batch(empty, custom_metadata={b"manifest": summary})
         writer.close()
         yield _drain(sink)
 

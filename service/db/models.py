@@ -234,7 +234,12 @@ class ColdStoreKey(Base):
 
 
 class ColdSegment(Base):
-    """One sealed segment file: a window's hot-stream entries ``first_id``..``last_id``."""
+    """One sealed segment file: a window's hot-stream entries ``first_id``..``last_id``.
+
+    ``count``, ``first_id`` and ``last_id`` are exact per-window statistics: they are kept while
+    the window is hot (sealing and its verification need them) and set to NULL, with
+    ``first_ts``/``last_ts`` coarsened to the window's open/close times, when it leaves the hot
+    period (``service.lifecycle.expire``); an unlock export counts rows by decrypting."""
 
     __tablename__ = "cold_segment"
     __table_args__ = (UniqueConstraint("stream_id", "epoch", "first_id"),)
@@ -242,9 +247,9 @@ class ColdSegment(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
     epoch: Mapped[int] = mapped_column(Integer)
-    first_id: Mapped[str] = mapped_column(String(40))
-    last_id: Mapped[str] = mapped_column(String(40))
-    count: Mapped[int] = mapped_column(Integer)
+    first_id: Mapped[str | None] = mapped_column(String(40))
+    last_id: Mapped[str | None] = mapped_column(String(40))
+    count: Mapped[int | None] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(String(500))
     size: Mapped[int] = mapped_column(Integer)
     sha256: Mapped[bytes] = mapped_column(LargeBinary(32))

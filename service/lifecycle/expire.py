@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
 from service.core.runtime import StreamRuntime
 from service.counting import service as counting
-from service.db.models import FollowUp
+from service.db.models import ColdSegment, FollowUp, Window
 from service.db.session import scrub_deleted
 from service.reference import service as reference
 from service.streams import repository
@@ -39,6 +39,24 @@ async def _windows_rounds_will_read(
     return {w for e in pending.scalars() for w in range(e - h, e) if w < hot_lo}
 
 
+async def _drop_segment_statistics(session: AsyncSession, w: Window) -> None:
+    """The window's cold segments keep no exact statistic past the hot period: their row
+    counts and first/last entry ids (exact arrival times) go, their times become the window's
+    open/close times; so does the window's seal cursor (its last entry id)."""
+    await session.execute(
+        update(ColdSegment)
+        .where(ColdSegment.stream_id == w.stream_id, ColdSegment.epoch == w.epoch)
+        .values(
+            count=None,
+            first_id=None,
+            last_id=None,
+            first_ts=w.opened_at,
+            last_ts=w.closed_at or w.opened_at,
+        )
+    )
+    w.seal_cursor = None
+
+
 async def expire(
     *, ctx: AppContext, rt: StreamRuntime, epoch: int, now: datetime | None = None
 ) -> dict[str, int]:
@@ -51,7 +69,8 @@ async def expire(
     data is counted before it is deleted; a
     reference model is deleted at once (docs/ARCHITECTURE.md, "Threat model and promises",
     promise 1). No exact per-window statistic is stored in SQL (``GET /windows`` counts the
-    hot windows' observations live)."""
+    hot windows' observations live; a cold segment's row count and entry range are dropped
+    with the window's hot data)."""
     store = ctx.stores.windows
     now = now or datetime.now(UTC)
     hot_lo, _ = rt.hot_period(epoch)
@@ -70,6 +89,7 @@ async def expire(
             await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
             await store.delete_hot(rt.name, w.epoch)
             w.hot_deleted_at = now
+            await _drop_segment_statistics(session, w)
             deleted_hot += 1
         for w in await repository.windows_past_retention(session, rt.id, count_lo):
             await store.delete_tables(rt.name, w.epoch, ids)

@@ -91,9 +91,50 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
         assert orjson.loads(out)["status"] == "pending"
         out = _cli(env, "unlock", "approve", *common, "--key", admin2, rid, stdin=shares[2] + "\n")
         assert orjson.loads(out)["status"] == "granted"
+        out = _cli(env, "unlock", "list", *common, "--key", admin, "--status", "granted")
+        assert rid in out and "granted" in out and "windows 1..1" in out
+        out = _cli(env, "unlock", "list", *common, "--key", admin, "--status", "pending")
+        assert rid not in out and "no unlock requests with status pending" in out
+        p = cli("unlock", "list", *common, "--key", analyst, env=env)
+        assert p.returncode != 0 and "403" in p.stderr
         dest = tmp_path / "export.ndjson"
-        _cli(env, "unlock", "export", *common, "--key", analyst, rid, "--out", str(dest))
+        out = _cli(env, "unlock", "export", *common, "--key", analyst, rid, "--out", str(dest))
+        assert "window 1: 40 rows" in out
         lines = [orjson.loads(x) for x in dest.read_bytes().splitlines()]
+        assert lines.pop()["manifest"]["rows_per_window"] == [{"window": 1, "rows": 40}]
+        # a second request reaching the open window: the export names it
+        out = _cli(
+            env,
+            "unlock",
+            "request",
+            *common,
+            "--key",
+            analyst,
+            "--stream",
+            "clicks",
+            "--from-window",
+            "1",
+            "--to-window",
+            "3",
+            "--justification",
+            "ticket 43: the open window",
+        )
+        rid3 = orjson.loads(out)["id"]
+        _cli(env, "unlock", "approve", *common, "--key", admin, rid3, stdin=shares[1] + "\n")
+        _cli(env, "unlock", "approve", *common, "--key", admin2, rid3, stdin=shares[0] + "\n")
+        arrow = tmp_path / "export3.arrow"
+        out = _cli(
+            env, "unlock", "export", *common, "--key", analyst, rid3, "--format", "arrow",
+            "--out", str(arrow),
+        )  # fmt: skip
+        assert "window 1: 40 rows" in out and "window 3 (open): not (yet) sealed" in out
+        p = cli(
+            "unlock", "request", *common, "--key", analyst, "--stream", "clicks",
+            "--from-window", "1", "--to-window", "4", "--justification", "ticket 44: the future",
+            env=env,
+        )  # fmt: skip
+        assert p.returncode != 0 and "to_window" in p.stderr and "current window is 3" in p.stderr
+        _cli(env, "unlock", "close", *common, "--key", analyst, rid3)
         assert sorted(x["observation"]["id"] for x in lines) == sorted(f"o{i}" for i in range(40))
         assert dest.stat().st_mode & 0o077 == 0
         _cli(env, "unlock", "close", *common, "--key", analyst, rid)
