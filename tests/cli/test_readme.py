@@ -135,3 +135,40 @@ def test_readme_key_ceremony_works_as_written(tmp_path: Path) -> None:
     assert [n for n, _ in shares] == ["1", "2", "3", "4", "5"]
     assert "any 3 open it" in p.stdout
     assert len({s for _, s in shares}) == 5 and all(len(s.split()) >= 20 for _, s in shares)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the README uses curl")
+def test_readme_break_glass_works_as_written(tmp_path: Path) -> None:
+    """The unlock block, in the walkthrough's shell, with two of the shares of the first start
+    (written to a shares file, as an operator whose console is collected would) saved one per
+    file: granted at 2 of 3, listed, exported with its manifest, closed."""
+    shares_file = tmp_path / "shares.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    script = _walkthrough() + _block("**Unlock (break glass).**")
+    with serving(
+        tmp_path, SCHEDULER_SECONDS="1", COLDSTORE_SHARES_FILE=str(shares_file)
+    ) as server:
+        shares = re.findall(r"^share \d: (.+)$", shares_file.read_text(), re.M)
+        for i, share in enumerate(shares[:2], 1):
+            (work / f"share-{i}.txt").write_text(share + "\n")
+        env = {**server.env, "PATH": f"{Path(sys.executable).parent}:{server.env['PATH']}"}
+        p = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", _on(server.base, server.data_dir, script)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=work,
+            env={k: v for k, v in env.items() if not k.startswith("SELECTIVITY_")},
+        )
+        server.stop()
+    assert p.returncode == 0, p.stderr + p.stdout[-2000:]
+    exported = [orjson.loads(x) for x in (work / "complaint.ndjson").read_text().splitlines()]
+    rows = [x for x in exported if "manifest" not in x]
+    manifest = exported[-1]["manifest"]
+    assert sorted(r["observation"]["id"] for r in rows) == ["r1", "r2", "r3"], exported
+    assert {r["window"] for r in rows} == {1}
+    assert '"status": "granted"' in p.stdout and '"status": "closed"' in p.stdout
+    assert "window 1: 3 rows" in p.stdout + p.stderr and "window 2" in p.stdout + p.stderr
+    assert manifest["rows_per_window"] == [{"window": 1, "rows": 3}]
+    assert [w["window"] for w in manifest["not_sealed"]] == [2] and manifest["complete"]
