@@ -122,3 +122,40 @@ def test_segments_are_zstd_and_earlier_zlib_segments_still_open(key: crypto.NewK
     ):
         with pytest.raises(crypto.SegmentError):
             crypto.open_segment(_sealed_as(bad, zlib.compress(plain), key.public_key), sk)
+
+
+def test_segment_sizes_are_padded_to_buckets_that_hide_the_row_count(key: crypto.NewKey) -> None:
+    """Issue 12 item 2: a segment's size must not tell its window's row count. Segments of 1
+    and of 30 rows have the same size; larger ones fall in buckets an eighth of a power of two
+    wide, padded by under 12.5 %; the rows still open exactly."""
+
+    def segment(n: int, width: int = 80) -> bytes:
+        rows = [
+            (f"1-{i}".encode(), b'{"f": {"u": "%d"}, "y": "1"}' % (i * 7919 % 10**width))
+            for i in range(n)
+        ]
+        header = {
+            "stream": 1,
+            "window": 1,
+            "seq": 1,
+            "key": 1,
+            "first": "1-0",
+            "last": f"1-{n - 1}",
+            "count": n,
+        }
+        return crypto.seal(header, rows, key.public_key)
+
+    assert len(segment(1)) == len(segment(30))
+    for n in (1, 30, 500, 5000):
+        data = segment(n)
+        _, rows = crypto.open_segment(
+            data,
+            crypto.combine(key.shares[:2], public_key=key.public_key, tag=key.verification_tag),
+        )
+        assert len(rows) == n
+    for n in (1, 4096, 4097, 5000, 65_537, 10**6):
+        size = crypto.padded_size(n)
+        assert size >= n and size - n < max(4096, n // 8 + 1)
+        assert crypto.padded_size(size) == size  # a bucket's own size stays in it
+    sizes = {crypto.padded_size(n) for n in range(4097, 8193)}
+    assert len(sizes) == 8  # 4 KiB … 8 KiB in eight buckets
