@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     # "10.1.2.0/24,hooks.internal". Other loopback, private, link-local, multicast and reserved
     # addresses are refused (SSRF), at registration and at each delivery.
     webhook_allow: str = Field(default="", max_length=4000)
+    # A k-anonymised release (its state, inline input and result table) is deleted from Redis
+    # this long after its creation; from a stream's hot period, after at most one window
+    # (window_seconds), when the oldest hot rows it is made of may have left the hot period.
+    anonymization_ttl_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
 
     @field_validator("webhook_allow")
     @classmethod

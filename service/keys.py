@@ -61,3 +61,8 @@ class Keys:
 
     def queue_pattern(self, q: str) -> str:
         return f"{self.prefix}:{{q:{q}}}:*"
+
+    # anonymization level: every key of one run shares the tag {an:<id>}
+    def anonymization(self, a: str, what: str) -> str:
+        """``what``: meta (a hash), input (inline rows while the job needs them), result."""
+        return f"{self.prefix}:{{an:{a}}}:{what}"

@@ -22,6 +22,7 @@ TYPES = {
     "annotator.js": "text/javascript",
     "curator.js": "text/javascript",
     "common.js": "text/javascript",
+    "anonymize.js": "text/javascript",
     "style.css": "text/css",
 }
 HEADERS = {
@@ -46,6 +47,11 @@ async def annotator_page() -> Response:
 @router.get("/ui/curate")
 async def curator_page() -> Response:
     return _page("curator.html", "text/html; charset=utf-8")
+
+
+@router.get("/ui/anonymize")
+async def anonymize_page() -> Response:
+    return _page("anonymize.html", "text/html; charset=utf-8")
 
 
 @router.get("/ui/static/{name}")

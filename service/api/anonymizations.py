@@ -1,0 +1,117 @@
+"""k-anonymised releases (SaNGreeA): roles analyst and admin, every creation and download
+audited (docs/ARCHITECTURE.md, "k-anonymised releases")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+
+from service.admin.service import Principal
+from service.anonymize import service
+from service.anonymize.schemas import (
+    ID_PATTERN,
+    IML_ID_PATTERN,
+    AnonymizationCreate,
+    AnonymizationOut,
+    ChoiceIn,
+    CreatedOut,
+    WeightsSessionCreate,
+    WeightsSessionOut,
+)
+from service.api.deps import CtxDep, JsonRoute, require
+from service.audit import service as audit
+from service.errors import Conflict, NotFound, ValidationError, error_responses
+
+router = APIRouter(prefix="/v1/anonymizations", tags=["anonymizations"], route_class=JsonRoute)
+AnalystKey = Annotated[Principal, Depends(require("analyst"))]
+IdPath = Path(pattern=ID_PATTERN)
+SessionPath = Path(pattern=IML_ID_PATTERN)
+FormatQuery = Query(default="csv", description="csv, parquet, arrow (IPC stream) or ndjson")
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=CreatedOut,
+    responses=error_responses(NotFound, ValidationError),
+)
+async def create(body: AnonymizationCreate, ctx: CtxDep, who: AnalystKey) -> CreatedOut:
+    a, detail = await service.create(ctx=ctx, body=body)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="anonymization.create",
+        target=f"anonymization:{a}",
+        detail=detail,
+    )
+    return CreatedOut(id=a)
+
+
+@router.post(
+    "/weights",
+    status_code=201,
+    response_model=WeightsSessionOut,
+    responses=error_responses(NotFound, ValidationError),
+)
+async def start_weights(
+    body: WeightsSessionCreate, ctx: CtxDep, who: AnalystKey
+) -> WeightsSessionOut:
+    """An iML session: each answer moves the weights by the rule of ``service.anonymize.iml``."""
+    out = await service.start_weights(ctx=ctx, body=body)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="anonymization.weights",
+        target=f"weights:{out.session}",
+        detail={
+            "source": "inline" if body.source.stream is None else f"stream:{body.source.stream}",
+            "k": body.k,
+            "sample": body.sample,
+            "quasi_identifiers": [q.name for q in body.quasi_identifiers],
+        },
+    )
+    return out
+
+
+@router.post(
+    "/weights/{session}",
+    response_model=WeightsSessionOut,
+    responses=error_responses(NotFound, ValidationError),
+)
+async def answer_weights(
+    body: ChoiceIn, ctx: CtxDep, _: AnalystKey, session: str = SessionPath
+) -> WeightsSessionOut:
+    return await service.answer_weights(ctx=ctx, session=session, choice=body.choice)
+
+
+@router.get("/{a}", response_model=AnonymizationOut, responses=error_responses(NotFound))
+async def get(ctx: CtxDep, _: AnalystKey, a: str = IdPath) -> AnonymizationOut:
+    return await service.get(ctx=ctx, a=a)
+
+
+@router.get(
+    "/{a}/result",
+    responses={
+        200: {
+            "content": {m: {} for m in service.MEDIA_TYPES.values()},
+            "description": "one row per input row: cluster, the generalised QIs, the kept columns",
+        },
+        **error_responses(NotFound, Conflict),
+    },
+)
+async def result(
+    ctx: CtxDep,
+    who: AnalystKey,
+    a: str = IdPath,
+    format: service.Format = FormatQuery,  # noqa: A002
+) -> Response:
+    body = await service.result(ctx=ctx, a=a, fmt=format)
+    await audit.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="anonymization.download",
+        target=f"anonymization:{a}",
+        detail={"format": format, "bytes": len(body)},
+    )
+    return Response(body, media_type=service.MEDIA_TYPES[format])
