@@ -19,10 +19,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import resources
 from service.admin.service import bootstrap_admin
 from service.api import admin as admin_router
+from service.api import anonymizations as anonymizations_router
 from service.api import audit as audit_router
 from service.api import coldstore as coldstore_router
 from service.api import features as features_router
 from service.api import ingest as ingest_router
+from service.api import metrics as operator_metrics
 from service.api import models as models_router
 from service.api import openapi
 from service.api import privacy as privacy_router
@@ -210,6 +212,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         admin_router.router,
         audit_router.router,
         coldstore_router.router,
+        anonymizations_router.router,
     ):
         app.include_router(r)
     openapi.install(app)
@@ -230,7 +233,11 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        try:
+            await operator_metrics.collect(request.app.state.ctx)
+        except Exception as exc:  # the request metrics are still worth serving
+            log.warning("metrics: the operator gauges failed: %s", type(exc).__name__)
         return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(Metrics)

@@ -13,8 +13,11 @@ follow-ups run as keyed jobs of the worker, never in the process that rolled.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+
+from prometheus_client import Histogram
 
 from service.context import AppContext
 from service.core.runtime import StreamRuntime
@@ -31,6 +34,12 @@ from service.windows.schedule import roll_due
 
 Step = Callable[[str], None]
 log = logging.getLogger("selectivity.lifecycle")
+
+ROLL_SECONDS = Histogram(
+    "selectivity_roll_seconds",
+    "time a roll took, from taking the stream's lock to expiry (rolls that happened)",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
 
 
 async def roll(
@@ -62,6 +71,7 @@ async def roll(
                 stream.roll_target = stream.epoch + 1
             target = stream.roll_target
         mark("checkpoint")
+        began = time.perf_counter()
         streams.forget_runtime(ctx, name)
         rt = await streams.runtime(ctx=ctx, name=name)
         previous = target - 1
@@ -105,6 +115,7 @@ async def roll(
         mark("enqueued")
         await expire(ctx=ctx, rt=rt, epoch=target, now=now)
         mark("expired")
+        ROLL_SECONDS.observe(time.perf_counter() - began)
         return target
 
 
