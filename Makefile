@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# `make run PORT=8001` serves on another port (the cli also reads PORT from the environment).
 run: install
-	$(VENV)/bin/selectivity serve
+	$(VENV)/bin/selectivity serve $(if $(PORT),--port $(PORT))
 
 test: install
 	$(PY) -m pytest -q

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
+import signal
+import socket
 import sys
 
 from service import cli_coldstore, demo, resources
@@ -56,9 +59,45 @@ def cmd_migrate(_: argparse.Namespace) -> None:
         print(f"bootstrap admin key written to {path} (mode 0600)")
 
 
+def _port_free(host: str, port: int) -> None:
+    """Exit at once, before the embedded Redis and the worker start, if ``host:port`` cannot be
+    bound (uvicorn would log the error, then wait for the worker and Redis to wind down)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                sys.exit(f"port {port} is in use; set --port or PORT")
+            sys.exit(f"cannot listen on {host}:{port}: {exc.strerror}")
+
+
+def _default_port() -> int:
+    raw = os.environ.get("PORT", "").strip()
+    if not raw:
+        return 8000
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        sys.exit(f"PORT must be a port number 1..65535, got {raw!r}")
+    return int(raw)
+
+
+def _stopped(signum: int, _frame: object) -> None:
+    """A stop by SIGTERM or SIGINT is a clean exit (status 0). uvicorn re-raises the signal
+    once the lifespan has closed everything (worker, process pool, database, embedded Redis);
+    what is left is the interpreter's teardown, which takes seconds with numpy, LightGBM and
+    the web stack loaded: the logs are flushed and the process exits at once."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
+    port = _default_port() if args.port is None else args.port
+    _port_free(args.host, port)
     _private_files()
     s = _settings()
     resources.secure_data_dir(s)
@@ -70,7 +109,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         f"data dir {s.data_dir.resolve()}; worker in process: {s.run_worker_in_process}",
         flush=True,
     )
-    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", access_log=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal once stopped
+        signal.signal(sig, _stopped)
+    uvicorn.run(create_app(s), host=args.host, port=port, log_level="info", access_log=False)
 
 
 def cmd_worker(_: argparse.Namespace) -> None:
@@ -190,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("serve", help="run the API (and, in embedded mode, Redis and the worker)")
     sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--port", type=int, default=None, help="default: the PORT variable, else 8000")
     sp.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
     sp.set_defaults(fn=cmd_serve)
     sub.add_parser("worker", help="run the worker alone (production)").set_defaults(fn=cmd_worker)

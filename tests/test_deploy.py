@@ -1,18 +1,28 @@
 """The production deployment files (issue 13, items 15, 16, 18 and 19 as far as this machine
-allows: there is no Docker here, so the files are parsed and the compose commands run as
-compose would run them)."""
+allows: without Docker's compose plugin the files are parsed, and migrate, api and worker run
+as compose runs them, against the local PostgreSQL and Redis)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+import redis
 import yaml
 
 from service.config import Settings
+from tests.conftest import pg_schema
+from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +75,116 @@ def test_the_compose_file_declares_the_whole_service() -> None:
     env = compose["x-app"]["environment"]
     assert env["SELECTIVITY_ENV"] == "production"
     assert env["SELECTIVITY_ADMIN_KEY"] == "${SELECTIVITY_ADMIN_KEY:-}"  # "" when unset
+
+
+def _compose_env(compose: dict, **local: str) -> dict[str, str]:
+    """x-app's environment as compose passes it with nothing set in the shell
+    (``${VAR:-default}`` is the default, ``""`` for ``${VAR:-}``), then ``local`` (servers
+    and paths of this machine for compose's host names and volumes) over it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
+    for name, value in compose["x-app"]["environment"].items():
+        env[name] = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))
+    return env | local
+
+
+def _command(compose: dict, service: str, **replace: str) -> list[str]:
+    """The service's command with ``selectivity`` as this venv's module and ``replace``d
+    arguments (``{"8000": "<free port>"}``)."""
+    command = [replace.get(a, a) for a in compose["services"][service]["command"]]
+    assert command[0] == "selectivity"
+    return [sys.executable, "-m", "service.cli", *command[1:]]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (
+        os.environ.get("SELECTIVITY_TEST_DATABASE_URL")
+        and os.environ.get("SELECTIVITY_TEST_REDIS_URL")
+    ),
+    reason="needs SELECTIVITY_TEST_DATABASE_URL and SELECTIVITY_TEST_REDIS_URL (the CI sets them)",
+)
+def test_migrate_api_worker_run_as_compose_runs_them(tmp_path: Path) -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    redis_url = os.environ["SELECTIVITY_TEST_REDIS_URL"]
+    prefix = f"seldeploy{secrets.token_hex(4)}"
+    port = free_port()
+    with pg_schema(f"seldeploy_{secrets.token_hex(4)}") as database_url:
+        env = _compose_env(
+            compose,
+            SELECTIVITY_REDIS_URL=redis_url,
+            SELECTIVITY_DATABASE_URL=database_url,
+            SELECTIVITY_COLDSTORE_DIR=str(tmp_path / "coldstore"),
+            SELECTIVITY_DATA_DIR=str(tmp_path / "data"),  # the image's ENV
+            SELECTIVITY_REDIS_PREFIX=prefix,
+        )
+        assert env["SELECTIVITY_ADMIN_KEY"] == "" and env["SELECTIVITY_ENV"] == "production"
+        r = redis.Redis.from_url(redis_url)
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            done = subprocess.run(
+                _command(compose, "migrate"), env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            admin = (tmp_path / "data" / "admin.key").read_text().strip()
+            api_cmd = _command(compose, "api", **{"8000": str(port), "0.0.0.0": "127.0.0.1"})
+            assert "--no-migrate" in api_cmd
+            for command in (api_cmd, _command(compose, "worker")):
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    )
+                )
+            api, worker = procs
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            ready = registered = False
+            while time.monotonic() < deadline and not (ready and registered):
+                assert api.poll() is None and worker.poll() is None, "api or worker exited"
+                with contextlib.suppress(httpx.TransportError):
+                    ready = httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+                registered = any(r.scan_iter(match=f"saq:{{{prefix}:jobs}}:worker_info:*"))
+                time.sleep(0.2)
+            assert ready and registered, f"api ready: {ready}, worker registered: {registered}"
+            h = {"Authorization": f"Bearer {admin}"}
+            body = {"name": "s", "features": [{"name": "a"}], "labels": ["0", "1"]}
+            got = httpx.post(f"{base}/v1/streams", headers=h, json=body, timeout=30)
+            assert got.status_code == 201, got.text
+            logs = []
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+                logs.append(p.communicate(timeout=30)[0])
+            assert api.returncode == 0, logs[0][-3000:]
+            assert worker.returncode == 0, logs[1][-3000:]
+            assert "worker started" in logs[1]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+            for pattern in (f"{prefix}:*", f"saq:{{{prefix}:jobs}}*"):
+                for k in r.scan_iter(match=pattern, count=1000):
+                    r.delete(k)
+            r.close()
+
+
+def test_docker_compose_config_is_valid() -> None:
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker CLI here")
+    probe = subprocess.run(
+        [docker, "compose", "version"], capture_output=True, text=True, timeout=30
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"docker has no compose plugin here: {probe.stderr.strip()[:200]}")
+    done = subprocess.run(
+        [docker, "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

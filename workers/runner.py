@@ -36,7 +36,7 @@ from saq import CronJob, Worker
 from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
 from saq.types import PartialTimersDict, WorkerInfo
-from saq.utils import millis, now
+from saq.utils import cancel_tasks, millis, now
 
 from service.context import AppContext, make_process_pool
 from service.jobs import queue_name
@@ -57,6 +57,8 @@ WORKER_LOST_SECONDS = 4
 """A worker whose key was not renewed for this long is gone; its jobs are recovered."""
 RECOVER_SECONDS = 1.0
 """How often each worker looks for the jobs of lost workers."""
+SHUTDOWN_GRACE_SECONDS = 5.0
+"""How long a stopping worker waits for its running jobs before cancelling them."""
 LOST_ERROR = "worker lost"
 CRON_KEY = "cron:"
 """SAQ's key prefix of a unique cron job."""
@@ -256,6 +258,24 @@ class RecoveringWorker(Worker[Any]):
         tasks = await super().upkeep()
         tasks.append(asyncio.create_task(self._recover_forever()))
         return tasks
+
+    async def stop(self) -> None:
+        """Stop at once when idle: SAQ's ``stop`` waits its grace period (0 by default) for
+        every task, and its upkeep loops and idle dequeues never end by themselves, so it always
+        "did not finish" and cancels them. Here running jobs get ``SHUTDOWN_GRACE_SECONDS`` to
+        finish; then the upkeep loops and the waiting dequeues are cancelled, and SAQ's ``stop``
+        shuts the thread pool down and runs the shutdown hooks."""
+        self.event.set()
+        running = [c["task"] for c in self.job_task_contexts.values() if not c["task"].done()]
+        if running:
+            await asyncio.wait(running, timeout=SHUTDOWN_GRACE_SECONDS)
+            processing = [t for t in self.tasks if t.get_name() == "process"]
+            if processing:  # let a finished job's process task record it
+                await asyncio.wait(processing, timeout=0.5)
+        tasks = list(self.tasks)
+        self.tasks.clear()
+        await cancel_tasks(tasks, timeout=1.0)
+        await super().stop()
 
     async def _recover_forever(self) -> None:
         while not self.event.is_set():
