@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "anonymization")
+BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "anonymization", "reidentification")
 
 
 def main(argv: list[str]) -> None:

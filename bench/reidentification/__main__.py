@@ -1,0 +1,5 @@
+import sys
+
+from bench.reidentification.mnist import main
+
+main(sys.argv[1:])

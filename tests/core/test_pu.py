@@ -1,0 +1,265 @@
+"""Tests of service.core.pu: the re-identification attacks, their risks and the released mean.
+
+Statistical tests use fixed seeds (deterministic); the false-failure rate next to a threshold is
+the probability that a CORRECT implementation fails it for a random seed.
+
+The synthetic mixture (:func:`_mixture`): 1,000 records in 200 dimensions, two classes of equal
+prior, N(±(3/2)e_0, I), plus a nuisance of ±4 along e_1 independent of the class, all rotated
+by a random orthogonal matrix.  The nuisance (distance 8) dominates the class (distance 3), so
+K-means splits the nuisance and scores about 50 %, while the class mean points at the class
+direction; the Bayes accuracy is Phi(1.5) = 93.3 %.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.core.noise import SeededRandomBits
+from service.core.pu import (
+    PUConfig,
+    _pu_loss_grad,
+    audit,
+    laplace_mean_scale,
+    laplace_noise,
+    nnpu_risk,
+    release_mean,
+    upu_risk,
+)
+from service.core.pu_models import Adam, LinearModel, MLPModel
+
+FAST = PUConfig(batch_size=200, t_pre=300, t_tune=300, pu_epochs=30, oracle_epochs=30)
+
+
+def _mixture(seed: int, n: int = 1000, d: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.5
+    x = rng.normal(size=(n, d))
+    x[:, 0] += np.where(y, 1.5, -1.5)
+    x[:, 1] += np.where(rng.random(n) < 0.5, 4.0, -4.0)
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    return x @ q, y.astype(int)
+
+
+# ---------------------------------------------------------------------------------- risks
+
+
+def test_upu_and_nnpu_risks_on_a_hand_checked_example() -> None:
+    # sigmoid(0) = 1/2, sigmoid(ln 3) = 3/4, sigmoid(-ln 3) = 1/4.
+    # z̄ = 0, z_u = [0, ln 3], π_p = 1/2: R_p+ = R_p- = 1/2, R_u- = (1/2 + 3/4)/2 = 5/8,
+    # uPU = 1/2·1/2 + 5/8 − 1/2·1/2 = 5/8; the negative part 5/8 − 1/4 >= 0 so nnPU = uPU.
+    z_u = np.array([0.0, math.log(3)])
+    assert upu_risk(0.0, z_u, pi_p=0.5) == pytest.approx(5 / 8)
+    assert nnpu_risk(0.0, z_u, pi_p=0.5) == pytest.approx(5 / 8)
+    # z̄ = ln 3, z_u = [−ln 3, −ln 3]: R_p+ = 1/4, R_p- = 3/4, R_u- = 1/4; negative part
+    # 1/4 − 3/8 = −1/8: uPU = 1/8 − 1/8 = 0, nnPU clips it: 1/8 + 0 = 1/8.
+    z_u = np.array([-math.log(3), -math.log(3)])
+    assert upu_risk(math.log(3), z_u, pi_p=0.5) == pytest.approx(0.0, abs=1e-12)
+    assert nnpu_risk(math.log(3), z_u, pi_p=0.5) == pytest.approx(1 / 8)
+
+
+def test_the_mean_form_equals_the_symmetric_form_of_the_paper() -> None:
+    """R_RI = 2 π_p l(z̄, +1) + Ê_u l(z, −1) − π_p (paper §4.3) for the sigmoid loss."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        z_mean, z_u, pi_p = rng.normal(), rng.normal(size=7), rng.uniform(0.05, 0.95)
+        symmetric = 2 * pi_p / (1 + math.exp(z_mean)) + np.mean(1 / (1 + np.exp(-z_u))) - pi_p
+        assert upu_risk(z_mean, z_u, pi_p=pi_p) == pytest.approx(symmetric)
+
+
+@pytest.mark.parametrize("non_negative", [False, True])
+def test_training_gradient_matches_finite_differences(non_negative: bool) -> None:
+    """The analytic d risk / dz used for training, on a batch whose last row is the mean
+    (outside nnPU's clipped region, where it must equal the risk's gradient)."""
+    z = np.array([0.3, -1.2, 2.0, 0.1, 1.5], dtype=np.float64)
+    risk = nnpu_risk if non_negative else upu_risk
+    loss, grad = _pu_loss_grad(0.4, non_negative=non_negative, beta=0.0, gamma=1.0)(
+        z.astype(np.float32)
+    )
+    assert loss == pytest.approx(risk(z[-1], z[:-1], pi_p=0.4), rel=1e-5)
+    h = 1e-6
+    for i in range(len(z)):
+        up, down = z.copy(), z.copy()
+        up[i] += h
+        down[i] -= h
+        numeric = (risk(up[-1], up[:-1], pi_p=0.4) - risk(down[-1], down[:-1], pi_p=0.4)) / (2 * h)
+        assert grad[i] == pytest.approx(numeric, abs=1e-5)
+
+
+def test_nnpu_step_pushes_a_negative_negative_risk_back_up() -> None:
+    """Kiryo et al. Algorithm 1: when r_n = R_u- − π_p R_p- < −β, descend −γ r_n."""
+    z = np.array([-3.0, -3.0, 3.0], dtype=np.float32)  # r_n = σ(−3) − 0.5·σ(3) < 0
+    _, grad = _pu_loss_grad(0.5, non_negative=True, beta=0.0, gamma=1.0)(z)
+    # descending −r_n raises the unlabelled scores (gradient < 0) and lowers the mean's.
+    assert np.all(grad[:-1] < 0) and grad[-1] > 0
+
+
+@pytest.mark.parametrize("model_cls", [LinearModel, MLPModel])
+def test_backward_matches_finite_differences(model_cls: type) -> None:
+    rng = np.random.default_rng(0)
+    kwargs = {"hidden": 5, "dropout": 0.0} if model_cls is MLPModel else {}
+    model = model_cls(4, rng, **kwargs)
+    x = rng.normal(size=(6, 4)).astype(np.float32)
+    dz = rng.normal(size=6).astype(np.float32)
+    _, cache = model.forward(x, train=True)
+    grads = model.backward(cache, dz)
+    for p, g in zip(model.params, grads, strict=True):
+        flat, gflat = p.reshape(-1), g.reshape(-1)
+        for i in range(min(flat.size, 6)):
+            old = flat[i]
+            flat[i] = old + 1e-2
+            up = float(dz @ model.forward(x, train=False)[0])
+            flat[i] = old - 1e-2
+            down = float(dz @ model.forward(x, train=False)[0])
+            flat[i] = old
+            assert gflat[i] == pytest.approx((up - down) / 2e-2, rel=1e-2, abs=1e-3)
+
+
+def test_adam_first_step_moves_each_parameter_by_the_learning_rate() -> None:
+    """After one step Adam's update is lr · sign(g) (bias-corrected m/sqrt(v) = g/|g|)."""
+    p = np.array([1.0, -2.0, 0.5], dtype=np.float32)
+    opt = Adam([p], lr=0.01, weight_decay=0.0)
+    opt.step([np.array([3.0, -0.1, 1e-3], dtype=np.float32)])
+    assert p == pytest.approx([0.99, -1.99, 0.49], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------- noise
+
+
+def test_noise_scale_follows_the_formula() -> None:
+    assert laplace_mean_scale(value_range=2.0, n_p=5000, epsilon=0.01) == pytest.approx(0.04)
+    x = np.linspace(-1.0, 1.0, 4000).reshape(100, 40)
+    is_pos = np.zeros(100, dtype=bool)
+    is_pos[:25] = True
+    mean, scale = release_mean(x, is_pos, epsilon=0.5, bits=SeededRandomBits(1))
+    assert scale == pytest.approx(2.0 / (25 * 0.5))
+    assert release_mean(x, is_pos, epsilon=None) == (pytest.approx(x[:25].mean(axis=0)), 0.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        laplace_mean_scale(value_range=2.0, n_p=10, epsilon=0.0)
+    # A declared domain replaces the observed range: [-2, 2] doubles the scale.
+    _, wide = release_mean(
+        x, is_pos, epsilon=0.5, value_range=(-2.0, 2.0), bits=SeededRandomBits(1)
+    )
+    assert wide == pytest.approx(2 * scale)
+    with pytest.raises(ValueError, match="value_range must contain"):
+        release_mean(x, is_pos, epsilon=0.5, value_range=(0.0, 1.0))
+
+
+def test_noise_is_laplace_of_that_scale() -> None:
+    """KS test of 20,000 draws against Laplace(0, b): for a correct sampler the p-value is
+    uniform, so p < 1e-4 happens with probability 1e-4 (false-failure rate 1e-4).  Laplace at
+    2b or b/2 fails it (the test has power)."""
+    b = 2.0 / (892 * 0.01)  # the MNIST setting of the benchmark
+    draws = laplace_noise(scale=b, size=20_000, bits=SeededRandomBits(11))
+    assert stats.kstest(draws, stats.laplace(scale=b).cdf).pvalue > 1e-4
+    for wrong in (2 * b, b / 2):
+        assert stats.kstest(draws, stats.laplace(scale=wrong).cdf).pvalue < 1e-4
+
+
+def test_noise_without_bits_comes_from_the_os() -> None:
+    """bits=None: two calls differ (os.urandom), unlike two seeded calls."""
+    a = laplace_noise(scale=1.0, size=50)
+    assert not np.array_equal(a, laplace_noise(scale=1.0, size=50))
+    s1 = laplace_noise(scale=1.0, size=50, bits=SeededRandomBits(2))
+    assert np.array_equal(s1, laplace_noise(scale=1.0, size=50, bits=SeededRandomBits(2)))
+
+
+# ---------------------------------------------------------------------------------- attacks
+
+
+def test_attacks_beat_kmeans_and_the_prior_on_the_mixture() -> None:
+    x, y = _mixture(0)
+    out = audit(x, y, positive=1, config=FAST, seed=0)
+    res = {k: v["accuracy"] for k, v in out["results"].items()}
+    assert out["n"] == 1000 and out["pi_p"] == pytest.approx(y.mean())
+    assert res["kmeans"] < 0.6 and res["prior"] < 0.55  # K-means splits the nuisance
+    for attack in ("growpu", "nnpu", "upu"):
+        assert res[attack] > res["kmeans"] + 0.2, (attack, res)
+    assert res["oracle"] > 0.85
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="not reproduced: here growPU and nnPU tie on the mixture and nnPU wins on MNIST"
+    " (the paper: growPU ahead by 6-14 points); see the report of issue 15",
+)
+def test_growpu_beats_nnpu_on_the_mixture() -> None:
+    """The paper's claim, on average over four mixtures: growPU ahead by at least 2 points."""
+    gaps = []
+    for seed in range(4):
+        x, y = _mixture(seed)
+        out = audit(
+            x, y, positive=1, attacks=["growpu", "nnpu"], config=FAST, seed=seed, oracle=False
+        )
+        gaps.append(out["results"]["growpu"]["accuracy"] - out["results"]["nnpu"]["accuracy"])
+    assert np.mean(gaps) >= 0.02, gaps
+
+
+def test_accuracy_falls_towards_the_baselines_as_epsilon_shrinks() -> None:
+    x, y = _mixture(1)
+    acc = {}
+    for eps in (None, 0.5, 1e-3):
+        out = audit(
+            x,
+            y,
+            positive=1,
+            attacks=["nnpu", "growpu"],
+            config=FAST,
+            seed=1,
+            epsilon=eps,
+            oracle=False,
+        )
+        acc[eps] = {k: out["results"][k]["accuracy"] for k in ("nnpu", "growpu")}
+    for attack in ("nnpu", "growpu"):
+        assert acc[None][attack] > acc[0.5][attack] + 0.02 > acc[1e-3][attack] + 0.04, acc
+        assert abs(acc[1e-3][attack] - 0.5) < 0.15, acc  # near a coin toss
+
+
+def test_mlp_classifier_runs_and_reports_progress() -> None:
+    x, y = _mixture(2, n=300, d=20)
+    seen: list[tuple[float, str]] = []
+    cfg = PUConfig(batch_size=100, t_pre=20, t_tune=20, pu_epochs=3, oracle_epochs=3)
+    out = audit(
+        x,
+        y,
+        positive=1,
+        classifier="mlp",
+        config=cfg,
+        seed=2,
+        progress=lambda f, s: seen.append((f, s)),
+    )
+    assert set(out["results"]) == {"growpu", "nnpu", "upu", "kmeans", "prior", "oracle"}
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) > 10
+    assert {s.split(":")[0] for _, s in seen} >= {"growpu", "nnpu", "upu", "oracle"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"x": np.zeros(5), "y": np.zeros(5)}, "x must be a 2-D"),
+        ({"x": np.full((4, 2), np.nan), "y": np.array([0, 1, 0, 1])}, "x must be finite"),
+        ({"x": np.zeros((4, 2)), "y": np.array([0, 1, 0])}, "y must have one label"),
+        ({"x": np.zeros((4, 2)), "y": np.zeros(4)}, "y must contain the positive label"),
+        ({"attacks": ["bogus"]}, "attacks must be"),
+        ({"classifier": "cnn"}, "classifier must be"),
+        ({"epsilon": -1.0}, "epsilon must be"),
+        ({"epsilon": float("inf")}, "epsilon must be"),
+    ],
+)
+def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:
+    args = {"x": np.zeros((4, 2)), "y": np.array([0, 1, 0, 1]), "positive": 1}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=field):
+        audit(args.pop("x"), args.pop("y"), config=FAST, **args)
+
+
+def test_config_rejects_bad_hyper_parameters() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        PUConfig(batch_size=0)
+    with pytest.raises(ValueError, match="pi_pre"):
+        PUConfig(pi_pre=1.5)
