@@ -74,17 +74,41 @@ class QuasiIdentifierIn(Strict):
         return self
 
 
+# Per quasi-identifier, > 0 (a request's or a session's weight vector).
+Weights = Annotated[
+    dict[ColumnName, Annotated[float, Field(gt=0, le=MAX_WEIGHT)]], Field(max_length=MAX_QIS)
+]
+
+
+def _check_names(
+    quasi_identifiers: list[QuasiIdentifierIn],
+    weights: dict[str, float] | None,
+    rows: list[dict[str, Any]] | None,
+    needed_extra: list[str],
+) -> list[str]:
+    """The checks both bodies share: distinct QI names, weights only for QIs, every inline
+    row holding the QIs (and ``needed_extra``). Returns the QI names."""
+    names = [q.name for q in quasi_identifiers]
+    if len(set(names)) != len(names):
+        raise ValueError("quasi_identifiers: a name occurs twice")
+    unknown = sorted(set(weights or {}) - set(names))
+    if unknown:
+        raise ValueError(f"weights: {unknown[0]!r} is not a quasi-identifier")
+    needed = set(names) | set(needed_extra)
+    for i, row in enumerate(rows or []):
+        missing = needed - row.keys()
+        if missing:
+            raise ValueError(f"source.rows[{i}]: no column {sorted(missing)[0]!r}")
+    return names
+
+
 class AnonymizationCreate(Strict):
     source: SourceIn
     k: int = Field(ge=2, le=MAX_K, description="every released cluster has at least k rows")
     quasi_identifiers: list[QuasiIdentifierIn] = Field(min_length=1, max_length=MAX_QIS)
-    weights: (
-        Annotated[
-            dict[ColumnName, Annotated[float, Field(gt=0, le=MAX_WEIGHT)]],
-            Field(max_length=MAX_QIS),
-        ]
-        | None
-    ) = Field(default=None, description="per QI, > 0; omitted QIs weigh 1; scaled to mean 1")
+    weights: Weights | None = Field(
+        default=None, description="per QI, > 0; omitted QIs weigh 1; scaled to mean 1"
+    )
     keep: list[ColumnName] = Field(
         default_factory=list,
         max_length=MAX_KEEP,
@@ -93,12 +117,10 @@ class AnonymizationCreate(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> AnonymizationCreate:
-        names = [q.name for q in self.quasi_identifiers]
-        if len(set(names)) != len(names):
-            raise ValueError("quasi_identifiers: a name occurs twice")
-        unknown = sorted(set(self.weights or {}) - set(names))
-        if unknown:
-            raise ValueError(f"weights: {unknown[0]!r} is not a quasi-identifier")
+        rows = self.source.rows
+        if rows is not None and len(rows) < self.k:
+            raise ValueError(f"source.rows: {len(rows)} rows, fewer than k={self.k}")
+        names = _check_names(self.quasi_identifiers, self.weights, rows, self.keep)
         if "cluster" in names or "cluster" in self.keep:
             raise ValueError("quasi_identifiers, keep: 'cluster' is the release's own column")
         both = sorted(set(self.keep) & set(names))
@@ -106,15 +128,6 @@ class AnonymizationCreate(Strict):
             raise ValueError(f"keep: {both[0]!r} is a quasi-identifier")
         if len(set(self.keep)) != len(self.keep):
             raise ValueError("keep: a name occurs twice")
-        rows = self.source.rows
-        if rows is not None:
-            if len(rows) < self.k:
-                raise ValueError(f"source.rows: {len(rows)} rows, fewer than k={self.k}")
-            needed = set(names) | set(self.keep)
-            for i, row in enumerate(rows):
-                missing = needed - row.keys()
-                if missing:
-                    raise ValueError(f"source.rows[{i}]: no column {sorted(missing)[0]!r}")
         return self
 
 
@@ -154,29 +167,15 @@ class WeightsSessionCreate(Strict):
     source: SourceIn
     k: int = Field(ge=2, le=100, description="the clusters' size while the weights are learnt")
     quasi_identifiers: list[QuasiIdentifierIn] = Field(min_length=1, max_length=MAX_QIS)
-    weights: (
-        Annotated[
-            dict[ColumnName, Annotated[float, Field(gt=0, le=MAX_WEIGHT)]],
-            Field(max_length=MAX_QIS),
-        ]
-        | None
-    ) = Field(default=None, description="the starting weights; omitted = equal")
+    weights: Weights | None = Field(
+        default=None, description="the starting weights; omitted = equal"
+    )
     sample: int = Field(default=500, ge=6, le=MAX_SAMPLE, description="rows used, the first ones")
 
     @model_validator(mode="after")
     def _consistent(self) -> WeightsSessionCreate:
-        names = [q.name for q in self.quasi_identifiers]
-        if len(set(names)) != len(names):
-            raise ValueError("quasi_identifiers: a name occurs twice")
-        unknown = sorted(set(self.weights or {}) - set(names))
-        if unknown:
-            raise ValueError(f"weights: {unknown[0]!r} is not a quasi-identifier")
         rows = self.source.rows
-        if rows is not None:
-            for i, row in enumerate(rows[: self.sample]):
-                missing = set(names) - row.keys()
-                if missing:
-                    raise ValueError(f"source.rows[{i}]: no column {sorted(missing)[0]!r}")
+        _check_names(self.quasi_identifiers, self.weights, rows and rows[: self.sample], [])
         return self
 
 
