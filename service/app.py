@@ -171,6 +171,8 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         version="0.1.0",
         lifespan=lifespan,
         description="Data selectivity after Pyramid: hot window, DP count tables.",
+        docs_url=None,  # /docs is service.api.web's: Swagger UI from local assets, no CDN
+        redoc_url=None,
     )
 
     @app.exception_handler(ServiceError)
@@ -210,6 +212,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         web_router.router,
         selection_router.router,
         admin_router.router,
+        admin_router.me_router,
         audit_router.router,
         coldstore_router.router,
         anonymizations_router.router,

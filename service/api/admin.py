@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
-from service.admin import service
+from service.admin import repository, service
 from service.admin.schemas import KeyCreate, KeyCreated
-from service.api.deps import AdminKey, CtxDep, JsonRoute, SessionDep
+from service.api.deps import AdminKey, CtxDep, CurrentKey, JsonRoute, SessionDep
 from service.audit import service as audit
 from service.errors import ValidationError, error_responses
 
@@ -27,3 +28,19 @@ async def create_key(
         detail={"role": created.role, "name": created.name},
     )
     return created
+
+
+me_router = APIRouter(prefix="/v1", tags=["admin"], route_class=JsonRoute)
+
+
+class WhoAmI(BaseModel):
+    key_id: str
+    role: str
+    name: str
+
+
+@me_router.get("/whoami", response_model=WhoAmI)
+async def whoami(session: SessionDep, who: CurrentKey) -> WhoAmI:
+    """The calling key's id, role and name (the console shows what the role may do)."""
+    row = await repository.get(session, who.key_id)
+    return WhoAmI(key_id=who.key_id, role=who.role, name=row.name if row else "")

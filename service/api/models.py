@@ -4,13 +4,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+from sqlalchemy import select
 
 from service.api.deps import INT64_MAX, CtxDep, JsonRoute, ModelKey, SessionDep
 from service.api.streams import StreamPath
+from service.db.models import Model
 from service.errors import Conflict, NotFound, ValidationError, error_responses
 from service.models import service
 from service.models.schemas import ModelCreate, ModelCreated, ModelOut, TrainedIn
 from service.models.webhooks import Allowlist
+from service.streams import service as streams
 
 router = APIRouter(prefix="/v1/streams", tags=["models"], route_class=JsonRoute)
 ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")
@@ -30,6 +34,30 @@ async def register(
         name=stream,
         model_in=body,
         allow=Allowlist.parse(ctx.settings.webhook_allow),
+    )
+
+
+class ModelList(BaseModel):
+    models: list[ModelOut]
+
+
+@router.get("/{stream}/models", response_model=ModelList, responses=error_responses(NotFound))
+async def list_models(
+    session: SessionDep,
+    _: ModelKey,
+    stream: str = StreamPath,
+    limit: int = Query(default=100, ge=1, le=1000),
+) -> ModelList:
+    """The stream's models, oldest first, with their status (current, stale, untrained,
+    refused) and retrain deadline (the console's streams page)."""
+    sid = (await streams.get(session=session, name=stream)).id
+    ids = list(
+        await session.scalars(
+            select(Model.id).where(Model.stream_id == sid).order_by(Model.created_at).limit(limit)
+        )
+    )
+    return ModelList(
+        models=[await service.get(session=session, name=stream, model_id=i) for i in ids]
     )
 
 

@@ -1,0 +1,3 @@
+// The console's home page: sign in and see what the key's role may do.
+"use strict";
+Console.init(() => {});
