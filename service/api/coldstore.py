@@ -51,7 +51,7 @@ async def create(body: UnlockRequestIn, ctx: CtxDep, who: AnalystKey) -> UnlockR
 @router.get("", response_model=UnlockRequestPage, responses=error_responses(ValidationError))
 async def list_requests(
     ctx: CtxDep,
-    _: AdminKey,
+    who: AnalystKey,
     status: Annotated[
         UnlockStatus | None,
         Query(description="pending, granted, or closed (closed and expired); all if omitted"),
@@ -64,8 +64,15 @@ async def list_requests(
         Query(max_length=32, description="the next_before of the previous page"),
     ] = None,
 ) -> UnlockRequestPage:
-    """Unlock requests, newest first (admins)."""
-    return await unlock.list_requests(ctx=ctx, status=status, limit=limit, before=before)
+    """Unlock requests, newest first: every request for an admin, an analyst's own for an
+    analyst (the console's break-glass page lists them)."""
+    return await unlock.list_requests(
+        ctx=ctx,
+        status=status,
+        limit=limit,
+        before=before,
+        requested_by=None if who.role == "admin" else who.key_id,
+    )
 
 
 @router.get("/{request_id}", response_model=UnlockRequestOut, responses=ERRORS)

@@ -157,11 +157,18 @@ FUTURE_SKEW = timedelta(minutes=5)  # clock skew allowed on to_time
 
 
 async def list_requests(
-    *, ctx: AppContext, status: UnlockStatus | None, limit: int, before: str | None
+    *,
+    ctx: AppContext,
+    status: UnlockStatus | None,
+    limit: int,
+    before: str | None,
+    requested_by: str | None = None,
 ) -> UnlockRequestPage:
     """Newest first; ``before`` is the last id of the previous page. ``closed`` also lists
-    expired requests."""
+    expired requests. ``requested_by``: only the requests that key filed."""
     q = select(UnlockRequest)
+    if requested_by is not None:
+        q = q.where(UnlockRequest.requested_by == requested_by)
     if status == "closed":
         q = q.where(UnlockRequest.status.in_(("closed", "expired")))
     elif status is not None:

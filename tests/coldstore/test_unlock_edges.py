@@ -185,5 +185,19 @@ async def test_admins_list_requests_by_status_newest_first(api: Api, cold_key: K
     assert r.status_code == 422 and "status" in r.text
     r = await api.get("/v1/admin/unlock-requests", params={"limit": 501})
     assert r.status_code == 422 and "limit" in r.text
-    r = await api.get("/v1/admin/unlock-requests", "analyst")
+    # an analyst lists the requests it filed, and no other analyst's
+    await api.add_keys(other="analyst")
+    theirs = await api.post(
+        "/v1/admin/unlock-requests",
+        "other",
+        json={"stream": name, "from_window": 1, "to_window": 1, "justification": "another reason"},
+    )
+    assert theirs.status_code == 201, theirs.text
+    r = await api.get("/v1/admin/unlock-requests", "analyst", params={"limit": 500})
+    assert r.status_code == 200, r.text
+    own = [x["id"] for x in r.json()["requests"]]
+    assert set(ids) <= set(own) and theirs.json()["id"] not in own
+    r = await api.get("/v1/admin/unlock-requests", "other")
+    assert [x["id"] for x in r.json()["requests"]] == [theirs.json()["id"]]
+    r = await api.get("/v1/admin/unlock-requests", "producer")
     assert r.status_code == 403

@@ -1,23 +1,10 @@
 // The console's break-glass page: unlock requests (pending, granted, closed) with their
 // justification and approvals (M of N), approval by pasting a share, a countdown for open
-// grants, export and close. Admins list every request; an analyst sees the requests filed or
-// opened in this tab (their ids are kept in sessionStorage, as the key is).
+// grants, export and close. Admins list every request; an analyst lists the requests it filed.
 "use strict";
 
 const B = { timer: null, tick: null };
 const $ = (id) => document.getElementById(id);
-const MINE = "selectivity.unlocks";
-
-function mine() {
-  try { return JSON.parse(sessionStorage.getItem(MINE) || "[]"); } catch { return []; }
-}
-
-function remember(id) {
-  const ids = mine().filter((x) => x !== id);
-  ids.unshift(id);
-  sessionStorage.setItem(MINE, JSON.stringify(ids.slice(0, 50)));
-}
-
 function range(r) {
   if (r.from_window !== null) return "windows " + r.from_window + "–" + r.to_window;
   return Console.time(r.from_time) + " – " + Console.time(r.to_time);
@@ -25,22 +12,11 @@ function range(r) {
 
 async function load() {
   try {
-    let groups;
-    if (Console.me.role === "admin") {
-      const [p, g, c] = await Promise.all(["pending", "granted", "closed"].map((s) =>
-        Sel.api("GET", "/v1/admin/unlock-requests?status=" + s + "&limit=" +
-          (s === "closed" ? 10 : 100))));
-      groups = { pending: p.requests, granted: g.requests, closed: c.requests };
-    } else {
-      const all = await Promise.all(mine().map((id) =>
-        Sel.api("GET", "/v1/admin/unlock-requests/" + encodeURIComponent(id)).catch(() => null)));
-      const rs = all.filter(Boolean);
-      groups = {
-        pending: rs.filter((r) => r.status === "pending"),
-        granted: rs.filter((r) => r.status === "granted"),
-        closed: rs.filter((r) => r.status === "closed" || r.status === "expired"),
-      };
-    }
+    // an admin's key lists every request, an analyst's the requests it filed
+    const [p, g, c] = await Promise.all(["pending", "granted", "closed"].map((s) =>
+      Sel.api("GET", "/v1/admin/unlock-requests?status=" + s + "&limit=" +
+        (s === "closed" ? 10 : 100))));
+    const groups = { pending: p.requests, granted: g.requests, closed: c.requests };
     for (const [k, rs] of Object.entries(groups)) {
       const box = $(k);
       box.replaceChildren();
@@ -194,24 +170,10 @@ $("file").addEventListener("submit", async (ev) => {
       ttl_seconds: Number($("req-ttl").value || 900),
       justification: $("req-why").value,
     });
-    remember(r.id);
     $("req-why").value = "";
     Sel.status("");
     $("done").textContent = "Filed request " + r.id + "; it waits for " + r.threshold +
       " approvals.";
-  } catch (e) {
-    Sel.status(e.message);
-  }
-  await load();
-});
-
-$("open").addEventListener("submit", async (ev) => {
-  ev.preventDefault();
-  const id = $("open-id").value.trim();
-  try {
-    await Sel.api("GET", "/v1/admin/unlock-requests/" + encodeURIComponent(id));
-    remember(id);
-    Sel.status("");
   } catch (e) {
     Sel.status(e.message);
   }
