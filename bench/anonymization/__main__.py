@@ -1,5 +1,5 @@
 import sys
 
-from bench.anonymization.speed import main
+from bench.anonymization import main
 
 main(sys.argv[1:])

@@ -1,9 +1,13 @@
 """k-anonymised releases (SaNGreeA): roles analyst and admin, every creation and download
-audited (docs/ARCHITECTURE.md, "k-anonymised releases")."""
+audited (docs/ARCHITECTURE.md, "k-anonymised releases"); and the example generalisation trees
+the page offers (read-only)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import json
+from importlib.resources import files
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 
@@ -28,6 +32,14 @@ AnalystKey = Annotated[Principal, Depends(require("analyst"))]
 IdPath = Path(pattern=ID_PATTERN)
 SessionPath = Path(pattern=IML_ID_PATTERN)
 FormatQuery = Query(default="csv", description="csv, parquet, arrow (IPC stream) or ndjson")
+EXAMPLE_HIERARCHIES = files("service.web").joinpath("static", "anonymize-example-hierarchies.json")
+"""``{"adult": {attribute: tree}}``: the trees of ``examples/adult/hierarchies`` in one file
+inside the package (``tests/anonymize/test_page.py`` checks that the two agree)."""
+
+
+@functools.cache
+def _example_hierarchies() -> dict[str, dict[str, dict[str, Any]]]:
+    return dict(json.loads(EXAMPLE_HIERARCHIES.read_text(encoding="utf-8")))
 
 
 @router.post(
@@ -83,6 +95,14 @@ async def answer_weights(
     body: ChoiceIn, ctx: CtxDep, _: AnalystKey, session: str = SessionPath
 ) -> WeightsSessionOut:
     return await service.answer_weights(ctx=ctx, session=session, choice=body.choice)
+
+
+@router.get("/example-hierarchies", response_model=dict[str, dict[str, dict[str, Any]]])
+async def example_hierarchies(_: AnalystKey) -> dict[str, dict[str, dict[str, Any]]]:
+    """Example generalisation trees by data set and attribute (``{"adult": {"workclass":
+    {"value": "*", "children": [...]}, ...}}``), to pass as a quasi-identifier's
+    ``hierarchy``; the same for every caller, no data of the service."""
+    return _example_hierarchies()
 
 
 @router.get("/{a}", response_model=AnonymizationOut, responses=error_responses(NotFound))

@@ -6,6 +6,7 @@
   let rows = null;      // inline rows parsed from the CSV
   let columns = [];     // [{name, numeric}]
   let runId = null;
+  let examples = null;  // {dataset: {attribute: tree}} from /v1/anonymizations/example-hierarchies
 
   $("key").value = Sel.key();
   document.querySelector(".pair").style.display = "flex";  // (style.css is shared)
@@ -45,11 +46,15 @@
           name, numeric: rows.every((r) => typeof r[name] === "number"),
         }));
       }
+      if (examples === null) {
+        examples = await Sel.api("GET", "/v1/anonymizations/example-hierarchies");
+      }
     } catch (e) { Sel.status(e.message); return; }
     const table = $("columns");
     table.replaceChildren();
     const head = document.createElement("tr");
-    ["column", "use", "weight"].forEach((t) => head.appendChild(Sel.el("th", t)));
+    ["column", "use", "weight", "generalisation tree"].forEach(
+      (t) => head.appendChild(Sel.el("th", t)));
     table.appendChild(head);
     for (const c of columns) {
       const tr = document.createElement("tr");
@@ -75,9 +80,73 @@
       const tw = document.createElement("td");
       tw.append(slider, " ", out);
       tr.appendChild(tw);
+      tr.appendChild(treeCell(c.name, use));
       table.appendChild(tr);
     }
     $("setup").classList.remove("hidden");
+  }
+
+  // The tree of a hierarchy column: flat (value -> "*"), a shipped example, or custom JSON
+  // (pasted, or read from a local file into the text box; nothing is uploaded but the run).
+  function treeCell(name, use) {
+    const td = document.createElement("td");
+    const pick = document.createElement("select");
+    pick.className = "tree";
+    pick.dataset.column = name;
+    const flat = Sel.el("option", "flat (value → *)");
+    flat.value = "flat";
+    pick.appendChild(flat);
+    for (const [dataset, trees] of Object.entries(examples || {})) {
+      for (const attr of Object.keys(trees)) {
+        const opt = Sel.el("option", `${dataset} example: ${attr}`);
+        opt.value = `example:${dataset}:${attr}`;
+        pick.appendChild(opt);
+      }
+    }
+    const custom = Sel.el("option", "custom JSON…");
+    custom.value = "custom";
+    pick.appendChild(custom);
+    const box = document.createElement("div");
+    box.className = "hidden";
+    const text = document.createElement("textarea");
+    text.className = "tree-json";
+    text.dataset.column = name;
+    text.rows = 4;
+    text.cols = 50;
+    text.placeholder = '{"value": "*", "children": [{"value": "a"}, {"value": "b"}]}';
+    const file = document.createElement("input");
+    file.type = "file";
+    file.accept = ".json,application/json";
+    file.className = "tree-file";
+    file.dataset.column = name;
+    file.addEventListener("change", async () => {
+      if (file.files.length) text.value = await file.files[0].text();
+    });
+    box.append(text, file);
+    const sync = () => {
+      pick.disabled = use.value !== "hierarchy";
+      box.classList.toggle("hidden", pick.disabled || pick.value !== "custom");
+    };
+    pick.addEventListener("change", sync);
+    use.addEventListener("change", sync);
+    sync();
+    td.append(pick, box);
+    return td;
+  }
+
+  function hierarchyOf(name) {
+    const pick = document.querySelector(`select.tree[data-column="${CSS.escape(name)}"]`);
+    if (pick.value === "flat") return undefined;
+    if (pick.value.startsWith("example:")) {
+      const [, dataset, attr] = pick.value.split(":");
+      return examples[dataset][attr];
+    }
+    const text = document.querySelector(`textarea.tree-json[data-column="${CSS.escape(name)}"]`);
+    try {
+      return JSON.parse(text.value);
+    } catch (e) {
+      throw new Error(`${name}: the generalisation tree is not valid JSON (${e.message})`);
+    }
   }
 
   function choices() {
@@ -85,7 +154,12 @@
     for (const sel of document.querySelectorAll("select.use")) {
       const name = sel.dataset.column;
       if (sel.value === "range" || sel.value === "hierarchy") {
-        qis.push({ name, kind: sel.value });
+        const qi = { name, kind: sel.value };
+        if (sel.value === "hierarchy") {
+          const tree = hierarchyOf(name);
+          if (tree !== undefined) qi.hierarchy = tree;
+        }
+        qis.push(qi);
         const slider = document.querySelector(`input.weight[data-column="${CSS.escape(name)}"]`);
         weights[name] = slider.value / 10;
       } else if (sel.value === "keep") keep.push(name);
@@ -134,9 +208,9 @@
 
   async function learn() {
     Sel.status("");
-    const { qis } = choices();
     const k = Math.min(100, Number($("k").value));
     try {
+      const { qis } = choices();
       showQuestion(await Sel.api("POST", "/v1/anonymizations/weights",
         { source: source(), k, quasi_identifiers: qis }));
     } catch (e) { Sel.status(e.message); }
@@ -168,8 +242,8 @@
 
   async function run() {
     Sel.status("");
-    const { qis, keep, weights } = choices();
     try {
+      const { qis, keep, weights } = choices();
       const out = await Sel.api("POST", "/v1/anonymizations", {
         source: source(), k: Number($("k").value), quasi_identifiers: qis, weights, keep,
       });
