@@ -6,7 +6,16 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "anonymization", "reidentification")
+BENCHES = (
+    "accuracy",
+    "speed",
+    "roll",
+    "selection",
+    "seal",
+    "anonymization",
+    "reidentification",
+    "regime",
+)
 
 
 def main(argv: list[str]) -> None:

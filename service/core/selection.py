@@ -68,6 +68,43 @@ with ``c1 <= c2``, ``c1 <= a1 <= a2 <= m`` and ``d := c2 − c1 <= a2 − a1``. 
 ``(x2, f0, y0)`` plus ``(x2, f1, y1)``).  A minimum over bases keeps the bound
 (``|min u − min u'| <= max |u − u'|``), and so does clipping at 0.
 
+Penalised score ``"aic"`` (issue 18; the default): a gain that does not reward near-unique groups
+------------------------------------------------------------------------------------------------------
+The plug-in gain is biased upwards by about ``(L−1)(K_G − K_t)/(2n)`` (Miller 1955; Panzeri &
+Treves 1996), ``K`` the number of occupied cells, and far more when cells hold one or two
+records: a group unique per record has ``Î(G; Y) = H(Y)`` whatever the truth, so on MovieLens
+``movie_id+user_id`` scored highest with no use to a model (BENCHMARKS.md, selection).  The
+Miller–Madow correction does not help there (its term ``K_GY − K_G`` is 0 when every cell holds
+one record).  We penalise instead by Akaike's criterion (Akaike 1974): ``n·gain_t`` is the
+log-likelihood ratio (nats) of the model ``P(Y | G)`` against ``P(Y | t)``, which has
+``(L−1)(K_G − K_t)`` more free parameters, so AIC prefers ``G`` iff
+``n·gain_t > (L−1)(K_G − K_t)``.  The score is the per-record margin,
+
+    aic(G) = min_{t ∈ bases(G)} [Î(G; Y) − Î(t; Y) − λ·(K_G − K_t)/n],    λ = L − 1,
+
+not clipped (a negative score is a group AIC rejects; the mechanism still picks ``k``, the least
+bad, since skipping would be a data-dependent release: see below), 0 for ``n = 0``.  A
+near-unique group has ``K_G ≈ n`` and scores ``≈ H(Y|t) − (L−1) < 0`` for ``L = 2``.
+
+Sensitivity.  ``D`` of ``m >= 1`` records, ``D' = D + r``.  Write ``P = λ·ΔK/m``,
+``ΔK = K_G − K_t`` with ``0 <= ΔK <= m − 1`` (``G`` refines ``t``, ``K_G <= m``, ``K_t >= 1``).
+The record ``r`` opens a new cell of ``t`` only in a new cell of ``G``, so ``ΔK`` grows by
+``δ ∈ {0, 1}``, and ``P(D') − P(D) = λ·(δ·m − ΔK)/(m(m+1))``, in ``[−λ(m−1)/(m(m+1)),
+λ/(m+1)]``; for ``m = 0`` both are 0.  Hence ``|P(D') − P(D)| <= λ/(m+1)`` and by the triangle
+inequality with the gain's ``g(m)`` (above), for a dataset of ``n`` records (pairs ``n−1 → n``
+and ``n → n+1``):
+
+    Δ_aic(n) = max(g(n−1), g(n)) + (L−1)/n,
+
+non-increasing in ``n``; the minimum over bases keeps it.  The triangle inequality is not tight
+(the record that moves the gain most opens a cell of ``G``, which raises ``P`` against it);
+the brute-force test over all datasets of up to 7 records finds bound / worst case of 1.8–3.4
+for ``L = 2`` (the worst case there stays below ``g`` itself) and 1.7–2.7 for ``L = 3``
+(``tests/core/test_selection_score.py``); a tighter joint bound is left open.  At
+``n = 10⁵``, ``L = 2`` the term adds 8 % to ``g``.  The placeholders below
+form one cell in ``G`` and in ``t`` alike, so ``ΔK`` is the hot period's and on ``D*``:
+``aic_{D*} = (n·gain − λ·ΔK)/(n+N) = n/(n+N) · aic_D``, the same factor as the gain's.
+
 Public calibration: ``min_records`` placeholder records (issue 12, item 6)
 ------------------------------------------------------------------------
 The bound ``g`` depends on the record count, and the hot period's count ``n`` is not public
@@ -149,7 +186,11 @@ __all__ = [
     "score_candidates",
     "select",
     "select_round",
+    "score_sensitivity",
+    "SCORES",
 ]
+
+SCORES = ("aic", "mi")  # the candidate scores (module docstring); the stream config's default: aic
 
 Int64Array = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -338,6 +379,26 @@ def gain_sensitivity(*, n: int, n_labels: int) -> float:
     return mi_sensitivity(n=n, n_labels=n_labels)
 
 
+def _check_score(score: object) -> str:
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    return str(score)
+
+
+def score_sensitivity(*, score: str, n: int, n_labels: int) -> float:
+    """Sensitivity of a candidate score on ``n`` records (add/remove-one neighbours).
+
+    ``"mi"``: :func:`gain_sensitivity`.  ``"aic"``: ``gain_sensitivity + (L−1)/n``, the
+    penalty ``(L−1)(K_G − K_t)/n`` moving by at most ``(L−1)/n`` (module docstring, "Penalised
+    score"); non-increasing in ``n``, so a public lower bound on the count may be passed.
+    """
+    score = _check_score(score)
+    n = _check_int("n", n, minimum=1)
+    n_labels = _check_int("n_labels", n_labels, minimum=1)
+    base = gain_sensitivity(n=n, n_labels=n_labels)
+    return base if score == "mi" else base + (n_labels - 1) / n
+
+
 # ----------------------------------------------------------------------------------------------
 # candidates
 # ----------------------------------------------------------------------------------------------
@@ -372,8 +433,9 @@ def score_candidates(
     labels: np.ndarray,
     n_labels: int,
     tables: Sequence[tuple[str, ...]],
+    score: str = "mi",
 ) -> list[Candidate]:
-    """Every group that extends an existing table by one feature, with its gain (nats).
+    """Every group that extends an existing table by one feature, with its score (nats).
 
     ``columns`` maps feature names to integer-coded columns of the hot-period records,
     ``tables`` the stream's current tables (single features and selected groups; the prior table
@@ -382,7 +444,11 @@ def score_candidates(
     ``gain = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y)`` clipped at 0; ``base`` is the FIRST base in
     sorted order (data-independent), ``feature`` the one feature of ``group`` not in it.
     The candidate list depends only on the table and feature names, never on the data.
+    With ``score="aic"`` the ``gain`` field holds instead
+    ``min_t [Î(G; Y) − Î(t; Y) − (L−1)(K_G − K_t)/n]``, unclipped, ``K`` the occupied cells
+    (module docstring, "Penalised score"), 0 when there are no records.
     """
+    score = _check_score(score)
     n_labels = _check_int("n_labels", n_labels, minimum=1)
     y = _labels(labels, n_labels)
     for name in columns:
@@ -410,6 +476,7 @@ def score_candidates(
 
     table_codes: dict[tuple[str, ...], tuple[Int64Array, int]] = {}
     table_mi: dict[tuple[str, ...], float] = {}
+    penalty = (n_labels - 1) / y.size if (score == "aic" and y.size) else 0.0
     for table in sorted({b for bs in bases.values() for b in bs}):
         codes, k = column(table[0])
         for name in table[1:]:
@@ -423,8 +490,14 @@ def score_candidates(
         base = group_bases[0]
         (feature,) = set(group) - set(base)
         codes, k = _combine(*table_codes[base], *column(feature))
-        gain = _mi_dense(codes, k, y, n_labels) - max(table_mi[b] for b in group_bases)
-        candidates.append(Candidate(base=base, feature=feature, group=group, gain=max(0.0, gain)))
+        mi = _mi_dense(codes, k, y, n_labels)
+        if score == "mi":
+            value = max(0.0, mi - max(table_mi[b] for b in group_bases))
+        else:  # K_G = k cells of G; K_t = table_codes[b][1] cells of base b
+            value = min(
+                max(0.0, mi - table_mi[b]) - penalty * (k - table_codes[b][1]) for b in group_bases
+            )
+        candidates.append(Candidate(base=base, feature=feature, group=group, gain=value))
     return candidates
 
 
@@ -507,6 +580,7 @@ def select_round(
     epsilon: float,
     min_records: int,
     gumbel: GumbelSource | None = None,
+    score: str = "mi",
 ) -> list[Candidate]:
     """One selection round (docs/ARCHITECTURE.md, "Count-table selection"): the new groups to
     count (from the window after next on: ``service.selection``).
@@ -519,7 +593,11 @@ def select_round(
     ``n = len(labels)``, 0 included; the noise scale does not depend on ``n``. Returns ``[]``
     when there is no room, ``epsilon == 0`` or no candidate. Only the returned GROUPS are
     private outputs; their ``gain`` is the exact gain (unweighted) and must stay in the worker.
+    ``score`` chooses the candidate score (:data:`SCORES`; "aic" with sensitivity
+    :func:`score_sensitivity`, scaled by the same ``n/(n + min_records)``); the stream
+    configuration passes its ``privacy.selection_score`` (default "aic").
     """
+    score = _check_score(score)
     max_tables = _check_int("max_tables", max_tables, minimum=1)
     groups_per_round = _check_int("groups_per_round", groups_per_round, minimum=0)
     eps = _check_epsilon(epsilon)
@@ -536,10 +614,12 @@ def select_round(
     if eps == 0 or picks == 0:
         _normalise_tables(tables, columns)  # still reject malformed input
         return []
-    candidates = score_candidates(columns=columns, labels=y, n_labels=n_labels, tables=tables)
+    candidates = score_candidates(
+        columns=columns, labels=y, n_labels=n_labels, tables=tables, score=score
+    )
     weight = padded_weight(n=y.size, min_records=min_records)
     scored = [replace(c, gain=weight * c.gain) for c in candidates]
-    sensitivity = gain_sensitivity(n=min_records, n_labels=n_labels)
+    sensitivity = score_sensitivity(score=score, n=min_records, n_labels=n_labels)
     picked = select(candidates=scored, k=picks, epsilon=eps, sensitivity=sensitivity, gumbel=gumbel)
     exact = {c.group: c for c in candidates}
     return [exact[c.group] for c in picked]

@@ -74,6 +74,14 @@ class PrivacyIn(Strict):
         default=0.0, ge=0, le=100, description="budget of each count-table selection round; 0: off"
     )
     groups_per_round: int = Field(default=1, ge=1, le=16)
+    selection_score: Literal["aic", "mi"] = Field(
+        default="aic",
+        description=(
+            "selection: how candidate groups are scored; 'aic': mutual-information gain minus "
+            "Akaike's penalty (L−1)(new cells)/n, which does not reward near-unique groups; "
+            "'mi': the plug-in gain (service.core.selection)"
+        ),
+    )
     min_records: int = Field(
         default=100_000,
         ge=1,

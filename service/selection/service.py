@@ -1,7 +1,8 @@
 """Count-table selection on each roll (docs/ARCHITECTURE.md, "Count-table selection"), with
 the pure core in
 ``service.core.selection``: the hot period's closed windows are read, candidate groups scored by
-empirical mutual-information gain, up to ``groups_per_round`` picked by the exponential
+empirical mutual-information gain (by default less Akaike's penalty: ``privacy.selection_score``),
+up to ``groups_per_round`` picked by the exponential
 mechanism under ``epsilon_selection``, and each pick gets a table.
 
 A group picked at the roll to epoch t is counted from window t + 2 on: window t + 1 may already
@@ -103,6 +104,7 @@ def _round(
     k: int,
     epsilon: float,
     min_records: int,
+    score: str,
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The round itself (process pool); returns (group, base) pairs only — never the gains."""
     picks: list[Candidate] = select_round(
@@ -114,6 +116,7 @@ def _round(
         groups_per_round=k,
         epsilon=epsilon,
         min_records=min_records,
+        score=score,
     )
     return [(c.group, c.base) for c in picks]
 
@@ -159,6 +162,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
         cfg.privacy.groups_per_round,
         eps,
         cfg.privacy.min_records,
+        cfg.privacy.selection_score,
     )
     if not picks:
         return {"selected": [], "reason": "no candidate"}
