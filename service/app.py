@@ -21,12 +21,14 @@ from service.admin.service import bootstrap_admin
 from service.api import admin as admin_router
 from service.api import anonymizations as anonymizations_router
 from service.api import audit as audit_router
+from service.api import audits as audits_router
 from service.api import coldstore as coldstore_router
 from service.api import features as features_router
 from service.api import ingest as ingest_router
 from service.api import metrics as operator_metrics
 from service.api import models as models_router
 from service.api import openapi
+from service.api import plan as plan_router
 from service.api import privacy as privacy_router
 from service.api import queues as queues_router
 from service.api import reference as reference_router
@@ -208,6 +210,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         reference_router.router,
         privacy_router.router,
         privacy_router.calculator_router,
+        plan_router.router,
         queues_router.router,
         web_router.router,
         selection_router.router,
@@ -216,6 +219,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         audit_router.router,
         coldstore_router.router,
         anonymizations_router.router,
+        audits_router.router,
     ):
         app.include_router(r)
     openapi.install(app)

@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 
-from service import cli_coldstore, demo, resources
+from service import cli_audit, cli_coldstore, cli_plan, demo, resources
 from service.admin import service as keys
 from service.admin.service import bootstrap_admin
 from service.app import create_app
@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     ck.add_argument("--name", default="")
     ck.set_defaults(fn=cmd_create_key)
     cli_coldstore.register(sub, admin)
+    cli_audit.register(sub)
     demo.register(sub)
     rp = sub.add_parser("report", help="reports").add_subparsers(dest="report", required=True)
     rq = rp.add_parser("quality", help="PNG of the reference model's quality per epoch")
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     ka.add_argument("--epsilon", type=float, required=True)
     ka.add_argument("--delta", type=float, default=None, help="target delta (to solve)")
     ka.set_defaults(fn=cmd_privacy_kanon)
+    cli_plan.register(pv)
     bp = sub.add_parser("bench", help="run a benchmark; appends its figures to BENCHMARKS.md")
     bp.add_argument("name", choices=BENCHES)
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")

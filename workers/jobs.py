@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from prometheus_client import Counter
 
 from service.anonymize import service as anonymize
+from service.audits import service as audits
 from service.coldstore import service as coldstore
 from service.coldstore import unlock
 from service.counting import service as counting
@@ -100,6 +101,12 @@ async def anonymize_run(ctx: dict[str, Any], *, id: str) -> dict:  # noqa: A002
     return await anonymize.run(ctx=ctx["app"], a=id)
 
 
+@counted
+async def reidentification_run(ctx: dict[str, Any], *, id: str) -> dict:  # noqa: A002
+    """Run a re-identification audit (a rerun after a crash starts over)."""
+    return await audits.run(ctx=ctx["app"], a=id)
+
+
 FUNCTIONS = [
     windows_tick,
     ingest_count,
@@ -111,5 +118,6 @@ FUNCTIONS = [
     reference_refresh,
     models_notify,
     anonymize_run,
+    reidentification_run,
 ]
 assert {f.__name__ for f in FUNCTIONS} >= set(followups.KINDS)

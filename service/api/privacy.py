@@ -3,7 +3,7 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter, Response
 
-from service.api.deps import AnyKey, JsonRoute, SessionDep
+from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep
 from service.api.streams import StreamPath
 from service.errors import NotFound, ValidationError, error_responses
 from service.privacy import service
@@ -17,16 +17,18 @@ router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute
     responses={
         200: {
             "description": "the privacy ledger: per observation and per user, with the parts, "
-            "their parameters and sources (ε is null where there is no guarantee)"
+            "their parameters and sources (ε is null where there is no guarantee); "
+            "reidentification: the latest re-identification audit of the stream, or null"
         },
         **error_responses(NotFound),
     },
 )
-async def privacy(session: SessionDep, _: AnyKey, stream: str = StreamPath) -> Response:
+async def privacy(
+    session: SessionDep, ctx: CtxDep, _: AnyKey, stream: str = StreamPath
+) -> Response:
     # orjson writes a missing guarantee (ε = ∞, mechanism 'none') as null
-    return Response(
-        orjson.dumps(await service.get(session=session, name=stream)), media_type="application/json"
-    )
+    out = await service.get(session=session, name=stream, ctx=ctx)
+    return Response(orjson.dumps(out), media_type="application/json")
 
 
 calculator_router = APIRouter(prefix="/v1/privacy", tags=["privacy"], route_class=JsonRoute)

@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.audits import service as audits
+from service.context import AppContext
 from service.core import kanon
 from service.core.accounting import (
     SOURCES,
@@ -152,10 +154,15 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
     return out
 
 
-async def get(*, session: AsyncSession, name: str) -> dict[str, Any]:
+async def get(*, session: AsyncSession, name: str, ctx: AppContext | None = None) -> dict[str, Any]:
+    """The ledger; with ``ctx`` also ``reidentification``, the stream's latest finished
+    re-identification audit (``service.audits.service.latest``: null when none lives)."""
     stream = await streams.get(session=session, name=name)
     parts = await queues.ledger_parts(session=session, stream_id=stream.id)
-    return {"stream": name, **ledger(StreamCreate.model_validate(stream.config), parts)}
+    out = {"stream": name, **ledger(StreamCreate.model_validate(stream.config), parts)}
+    if ctx is not None:
+        out["reidentification"] = await audits.latest(ctx=ctx, stream=name, stream_id=stream.id)
+    return out
 
 
 async def sampling_k_anonymity(body: KAnonIn) -> KAnonOut:

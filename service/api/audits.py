@@ -1,0 +1,44 @@
+"""Re-identification audits (issue 15): roles analyst and admin, every creation audited
+(docs/ARCHITECTURE.md, "Re-identification audits")."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path
+
+from service.admin.service import Principal
+from service.api.deps import CtxDep, JsonRoute, require
+from service.audit import service as audit_log
+from service.audits import service
+from service.audits.schemas import ID_PATTERN, AuditCreate, AuditCreatedOut, AuditOut
+from service.errors import Conflict, NotFound, ValidationError, error_responses
+
+router = APIRouter(prefix="/v1/audits/reidentification", tags=["audits"], route_class=JsonRoute)
+AnalystKey = Annotated[Principal, Depends(require("analyst"))]
+IdPath = Path(pattern=ID_PATTERN)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=AuditCreatedOut,
+    responses=error_responses(NotFound, ValidationError, Conflict),
+)
+async def create(body: AuditCreate, ctx: CtxDep, who: AnalystKey) -> AuditCreatedOut:
+    """Start an audit: the attacks of ``service.core.pu`` against the release; poll ``GET``
+    for its progress and results."""
+    a, detail = await service.create(ctx=ctx, body=body)
+    await audit_log.record(
+        ctx.sessionmaker,
+        actor=who.key_id,
+        action="reidentification.create",
+        target=f"reidentification:{a}",
+        detail=detail,
+    )
+    return AuditCreatedOut(id=a)
+
+
+@router.get("/{a}", response_model=AuditOut, responses=error_responses(NotFound))
+async def get(ctx: CtxDep, _: AnalystKey, a: str = IdPath) -> AuditOut:
+    return await service.get(ctx=ctx, a=a)

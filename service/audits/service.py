@@ -1,0 +1,384 @@
+"""Re-identification audits as a job (docs/ARCHITECTURE.md, "Re-identification audits"): what
+an attacker who holds the records and reads a class-level release recovers of their classes
+(Su et al., KDD 2020; the attacks are ``service.core.pu``).
+
+``create`` checks the request, stores its spec (and inline records) in Redis and enqueues
+``reidentification_run`` keyed by the audit's id; ``run`` (the job) builds the records and the
+release, runs ``service.core.pu.audit`` in a worker thread while a throttled writer records its
+progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
+latest finished audit for its privacy ledger. A run that crashed (a lost worker: SAQ runs the
+job again) starts over; a run already done is not redone.
+
+Sources. Inline: the records as given, the released mean over them (``class_mean``).
+A stream: the records of the hot period of the served epoch (the open epoch's when there is no
+count period yet), at most ``MAX_STREAM_ROWS``, one-hot encoded per count table
+(``service.audits.encoding``); ``class_mean`` releases their positive class's mean (exact, or
+ε-DP with the one-hot range [0, 1], so Laplace scale ``1 / (n_p ε)``); ``count_tables`` reads
+the mean off the count period's noisy tables as an attacker would (``encoding``) at the
+stream's own ε.
+
+Lifetime. Every key of an audit expires ``AUDIT_TTL_SECONDS`` (one day) after its creation; for
+a stream source at most ``window_seconds`` after it, because the results are figures about the
+hot period's records, which leave it at most one window later (as k-anonymised releases,
+``service.anonymize.service``). Inline records are deleted as soon as the audit is done or
+failed and appear in no log, audit entry or error.
+
+The audit protects nothing: it measures what a class-level release tells about a population.
+It is not charged in the privacy ledger (it reads the service's own data and releases only
+accuracies to analysts and admins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.audits.encoding import count_table_mean, one_hot
+from service.audits.schemas import (
+    MAX_STREAM_DIMENSIONS,
+    MAX_STREAM_ROWS,
+    AuditCreate,
+    AuditOut,
+)
+from service.audits.store import AuditStore
+from service.context import AppContext
+from service.core import pu
+from service.errors import Conflict, NotFound, ServiceError, ValidationError
+from service.features import service as features
+from service.streams import service as streams
+
+log = logging.getLogger("selectivity.audits")
+
+AUDIT_TTL_SECONDS = 86_400
+JOB_TIMEOUT_SECONDS = 4 * 3600
+PROGRESS_SECONDS = 0.5  # the least time between two progress writes of an audit
+HOT_CHUNK = 5000
+CONFIG = pu.PUConfig()
+"""The attacks' budgets: the paper's Table 3 (``service.core.pu.PUConfig``). Tests set a
+smaller one."""
+
+NAMES = {"growpu": "growPU", "nnpu": "nnPU", "upu": "uPU", "kmeans": "K-means"}
+
+
+def _store(ctx: AppContext) -> AuditStore:
+    return AuditStore(ctx.redis, ctx.keys)
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _pack(x: np.ndarray, labels: list[str]) -> bytes:
+    head = orjson.dumps({"n": x.shape[0], "d": x.shape[1], "labels": labels})
+    return head + b"\n" + np.ascontiguousarray(x, dtype="<f4").tobytes()
+
+
+def _unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    head, _, body = blob.partition(b"\n")
+    h = orjson.loads(head)
+    x = np.frombuffer(body, dtype="<f4").reshape(h["n"], h["d"])
+    return x, np.asarray(h["labels"], dtype=object)
+
+
+async def create(*, ctx: AppContext, body: AuditCreate) -> tuple[str, dict[str, Any]]:
+    """Store the audit and enqueue its job: its id and the spec stored (no values), which the
+    caller audits."""
+    ttl = AUDIT_TTL_SECONDS
+    positive = str(body.positive_label)
+    stream_id = None
+    data = None
+    if body.source.stream is not None:
+        name = body.source.stream
+        rt = await streams.runtime(ctx=ctx, name=name)  # 404 for an unknown one
+        if positive not in rt.labels:
+            raise ValidationError(
+                f"positive_label: {positive!r} is not a label of stream {name!r} ({rt.labels})"
+            )
+        served = await ctx.stores.windows.served(name)
+        if body.release.kind == "count_tables" and (
+            served is None or rt.count_period(served)[1] < 1
+        ):
+            raise Conflict(
+                f"release: stream {name!r} has no count period yet (its tables are read "
+                "after its first roll); retry after it"
+            )
+        ttl = min(ttl, rt.config.window_seconds)
+        source, stream_id, rows = f"stream:{name}", rt.id, None
+    else:
+        source = "inline"
+        labels = [str(v) for v in body.source.labels or []]
+        x = await asyncio.to_thread(np.asarray, body.source.rows, np.float32)  # |v| ≤ 1e30
+        data, rows = _pack(x, labels), len(labels)
+    a = f"ra_{secrets.token_hex(16)}"
+    spec = {
+        "source": source,
+        "stream_id": stream_id,
+        "positive_label": positive,
+        "release": body.release.model_dump(mode="json"),
+        "attacks": list(body.attacks),
+        "classifier": body.classifier,
+        "created_at": _now_iso(),
+    }
+    expires_at_ms = int((time.time() + ttl) * 1000)
+    await _store(ctx).create(a, spec=spec, data=data, expires_at_ms=expires_at_ms)
+    await ctx.jobs.enqueue(
+        "reidentification_run", key=f"reidentification:{a}", timeout=JOB_TIMEOUT_SECONDS, id=a
+    )
+    detail = {
+        **{k: v for k, v in spec.items() if k != "created_at"},
+        "rows": rows,
+        "ttl_seconds": ttl,
+    }
+    return a, detail
+
+
+async def _meta(ctx: AppContext, a: str) -> dict[str, bytes]:
+    meta = await _store(ctx).meta(a)
+    if meta is None or "spec" not in meta:
+        raise NotFound(f"re-identification audit {a!r} not found (or expired)")
+    return meta
+
+
+async def get(*, ctx: AppContext, a: str) -> AuditOut:
+    meta = await _meta(ctx, a)
+    spec = orjson.loads(meta["spec"])
+    summary = orjson.loads(meta["summary"]) if "summary" in meta else {}
+    summary.pop("finished_at", None)
+    return AuditOut(
+        id=a,
+        status=meta["status"].decode(),  # type: ignore[arg-type]
+        progress=float(meta.get("progress", b"0")),
+        stage=meta["stage"].decode() if "stage" in meta else None,
+        source=spec["source"],
+        positive_label=spec["positive_label"],
+        release=spec["release"],
+        attacks=spec["attacks"],
+        classifier=spec["classifier"],
+        created_at=spec["created_at"],
+        error=meta["error"].decode() if "error" in meta else None,
+        **summary,
+    )
+
+
+async def _hot_columns(
+    ctx: AppContext, name: str, lo: int, hi: int, wanted: list[str]
+) -> tuple[dict[str, list[Any]], list[Any]]:
+    """Windows ``lo..hi`` of the stream's hot rows in entry order, at most
+    ``MAX_STREAM_ROWS``: one list per wanted feature (absent values None) and the labels."""
+    store = ctx.stores.windows
+    columns: dict[str, list[Any]] = {c: [] for c in wanted}
+    labels: list[Any] = []
+    for w in range(max(lo, 1), hi + 1):
+        start: bytes | str = "-"
+        while len(labels) < MAX_STREAM_ROWS:
+            chunk = await store.hot_chunk(name, w, start, "+", HOT_CHUNK)
+            if chunk is None:
+                break
+            last, count, rows = chunk
+            for rec in orjson.loads(b"[" + rows + b"]")[: MAX_STREAM_ROWS - len(labels)]:
+                feats = rec.get("f") or {}
+                for c in wanted:
+                    columns[c].append(feats.get(c))
+                labels.append(rec.get("y"))
+            if count < HOT_CHUNK:
+                break
+            start = b"(" + last
+    return columns, labels
+
+
+async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]:
+    """The records of a stream source, one-hot per count table, their labels, and for
+    ``count_tables`` the mean read off the tables (``service.audits.encoding``)."""
+    name = spec["source"].split(":", 1)[1]
+    rt = await streams.runtime(ctx=ctx, name=name)
+    if rt.id != spec["stream_id"]:
+        raise ValueError(f"source.stream: stream {name!r} was deleted since the audit began")
+    served = await ctx.stores.windows.served(name)
+    kind = spec["release"]["kind"]
+    fz = None
+    if served is not None:
+        fz = await features.featurizer(ctx=ctx, name=name)
+        rt, epoch = fz.rt, fz.epoch
+    else:
+        epoch = await ctx.stores.windows.epoch(name) or 1
+    if kind == "count_tables" and (fz is None or fz.agg.n_windows == 0):
+        raise ValueError(f"release: stream {name!r} has no count period")
+    lo, hi = rt.hot_period(epoch)
+    wanted = list(dict.fromkeys(f for t in rt.tables for f in t.features))
+    columns, labels = await _hot_columns(ctx, name, lo, hi, wanted)
+    y = np.asarray([str(v) if v is not None else "" for v in labels], dtype=object)
+    positive = spec["positive_label"]
+    if not (y == positive).any() or (y == positive).all():
+        raise ValueError(
+            f"source.stream: the hot period's {len(y)} records need the positive label "
+            f"{positive!r} and at least one other"
+        )
+    enc = await asyncio.to_thread(
+        one_hot, rt, columns, len(labels), max_columns=MAX_STREAM_DIMENSIONS
+    )
+    del columns
+    out: dict[str, Any] = {"x": enc.x, "y": y, "epoch": epoch, "value_range": (0.0, 1.0)}
+    out["dropped_columns"] = enc.dropped
+    if kind == "count_tables":
+        assert fz is not None
+        mean, n_hat = count_table_mean(
+            rt, enc, cells=fz.cells, offsets=fz.offsets, prior=fz.agg.prior, positive=positive
+        )
+        p = rt.config.privacy
+        out["released"] = mean
+        out["mechanism"] = p.mechanism
+        out["epsilon"] = p.epsilon if p.mechanism == "laplace" else None
+        out["count_period"] = [min(fz.agg.windows), max(fz.agg.windows)]
+        out["n_hat_p"] = n_hat
+    return out
+
+
+def _compute(inp: dict[str, Any], spec: dict[str, Any], progress: list[Any]) -> dict[str, Any]:
+    def tick(p: float, stage: str) -> None:
+        progress[0], progress[1] = p, stage
+
+    release = spec["release"]
+    res = pu.audit(
+        inp["x"],
+        inp["y"],
+        positive=spec["positive_label"],
+        attacks=spec["attacks"],
+        classifier=spec["classifier"],
+        epsilon=release.get("epsilon") if "released" not in inp else inp.get("epsilon"),
+        value_range=inp.get("value_range"),
+        config=CONFIG,
+        progress=tick,
+        released=inp.get("released"),
+    )
+    results = {
+        k: {f: v[f] for f in ("accuracy", "seconds", "positive_share") if f in v}
+        for k, v in res["results"].items()
+    }
+    summary = {
+        "results": results,
+        "n": res["n"],
+        "pi_p": res["pi_p"],
+        "dimensions": int(inp["x"].shape[1]),
+        "epsilon": res["epsilon"],
+        "noise_scale": None if "released" in inp else res["noise_scale"],
+        "mechanism": inp.get("mechanism"),
+        "epoch": inp.get("epoch"),
+        "count_period": inp.get("count_period"),
+        "n_hat_p": inp.get("n_hat_p"),
+        "dropped_columns": inp.get("dropped_columns"),
+        "seconds": round(res["seconds"], 3),
+    }
+    return summary
+
+
+async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
+    """The job: compute audit ``a`` unless it is done, failed or expired."""
+    store = _store(ctx)
+    meta = await store.meta(a)
+    if meta is None or "spec" not in meta:
+        return {"status": "expired"}
+    if meta["status"] in (b"done", b"failed"):
+        return {"status": meta["status"].decode()}
+    spec = orjson.loads(meta["spec"])
+    expires_at_ms = int(meta["expires_at"])
+    stream = spec["source"].split(":", 1)[1] if spec["source"] != "inline" else None
+    await store.set_progress(a, 0.0, "reading the records")
+
+    async def fail(error: str) -> dict[str, Any]:
+        await store.finish(a, expires_at_ms=expires_at_ms, summary=None, error=error, stream=None)
+        return {"status": "failed"}
+
+    try:
+        if stream is None:
+            blob = await store.input(a)
+            if blob is None:
+                return {"status": "expired"}
+            x, y = _unpack(blob)
+            del blob
+            inp: dict[str, Any] = {"x": x, "y": y}
+        else:
+            inp = await _stream_input(ctx, spec)
+        progress: list[Any] = [0.0, "starting"]
+        work = asyncio.ensure_future(asyncio.to_thread(_compute, inp, spec, progress))
+        written: list[Any] = [0.0, ""]
+        while not work.done():
+            await asyncio.wait([work], timeout=PROGRESS_SECONDS)
+            if progress != written and not work.done():
+                written = list(progress)
+                await store.set_progress(a, float(written[0]), str(written[1]))
+        summary = work.result()
+    except ValueError as exc:  # the core's and the reader's messages name fields, never values
+        return await fail(str(exc))
+    except ServiceError as exc:  # e.g. the stream was deleted since
+        return await fail(exc.detail)
+    except Exception as exc:  # not retried; its type only, no values
+        log.error("re-identification audit %s failed: %s", a, type(exc).__name__)
+        return await fail(f"internal error ({type(exc).__name__}); see the worker log")
+    summary["finished_at"] = _now_iso()
+    await store.finish(a, expires_at_ms=expires_at_ms, summary=summary, error=None, stream=stream)
+    return {"status": "done", "n": summary["n"]}
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f} %"
+
+
+def describe(spec: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The sentence a privacy officer reads: the best attack run against the baselines."""
+    res = summary["results"]
+    pu_run = [k for k in ("growpu", "nnpu", "upu") if k in res]
+    best = max(pu_run or ["kmeans"], key=lambda k: res[k]["accuracy"])
+    release = spec["release"]
+    if release["kind"] == "count_tables":
+        reads = "reads these tables"
+    else:
+        eps = release.get("epsilon")
+        what = "exact" if eps is None else f"ε = {eps:g}"
+        reads = f"reads the mean of class {spec['positive_label']!r} ({what})"
+    base = [f"prior {_pct(res['prior']['accuracy'])}"]
+    if "kmeans" in res and best != "kmeans":
+        base.append(f"K-means {_pct(res['kmeans']['accuracy'])}")
+    if "oracle" in res:
+        base.append(f"oracle {_pct(res['oracle']['accuracy'])}")
+    return (
+        f"an attacker who knows these records and {reads} labels "
+        f"{_pct(res[best]['accuracy'])} of them correctly with {NAMES[best]} "
+        f"({', '.join(base)})"
+    )
+
+
+async def latest(*, ctx: AppContext, stream: str, stream_id: int) -> dict[str, Any] | None:
+    """The stream's latest finished audit, as its privacy ledger shows it (null when none
+    lives: audits of a stream expire with its hot period)."""
+    store = _store(ctx)
+    a = await store.latest(stream)
+    if a is None:
+        return None
+    meta = await store.meta(a)
+    if meta is None or "summary" not in meta:
+        return None
+    spec = orjson.loads(meta["spec"])
+    if spec.get("stream_id") != stream_id:  # an audit of a deleted stream of the same name
+        return None
+    summary = orjson.loads(meta["summary"])
+    res = summary["results"]
+    return {
+        "id": a,
+        "at": summary.get("finished_at", spec["created_at"]),
+        "release": spec["release"]["kind"],
+        "epsilon": summary["epsilon"],
+        "n": summary["n"],
+        "accuracy": {
+            k: res[k]["accuracy"]
+            for k in ("growpu", "nnpu", "upu", "kmeans", "prior", "oracle")
+            if k in res
+        },
+        "summary": describe(spec, summary),
+    }

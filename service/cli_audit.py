@@ -1,0 +1,140 @@
+"""CLI for re-identification audits: ``selectivity audit reidentify`` starts an audit of a
+stream over HTTP (``POST /v1/audits/reidentification``, as an analyst or admin), shows its
+progress and prints the accuracies (docs/ARCHITECTURE.md, "Re-identification audits")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+ATTACKS = ("growpu", "nnpu", "upu", "kmeans")
+POLL_SECONDS = 0.5
+NAMES = {
+    "growpu": "growPU",
+    "nnpu": "nnPU",
+    "upu": "uPU",
+    "kmeans": "K-means (best assignment)",
+    "prior": "prior (majority class)",
+    "oracle": "oracle (supervised)",
+}
+
+
+def _client(args: argparse.Namespace) -> Any:
+    import httpx
+
+    key = args.key or os.environ.get("SELECTIVITY_API_KEY")
+    if not key:
+        sys.exit("error: pass --key or set SELECTIVITY_API_KEY")
+    return httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
+
+
+def _check(resp: Any) -> Any:
+    if resp.status_code >= 400:
+        try:
+            body = resp.json()
+            msg = f"{body.get('error')}: {body.get('detail')}"
+        except ValueError:
+            msg = resp.text[:200]
+        sys.exit(f"error {resp.status_code}: {msg}")
+    return resp.json()
+
+
+def body_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The request body from the command line."""
+    release: dict[str, Any] = {"kind": args.release}
+    if args.epsilon is not None:
+        release["epsilon"] = args.epsilon
+    return {
+        "source": {"stream": args.stream},
+        "positive_label": args.positive_label,
+        "release": release,
+        "attacks": args.attacks,
+        "classifier": args.classifier,
+    }
+
+
+def table(out: dict[str, Any]) -> Any:
+    """The results as a rich table, attacks first, then the baselines."""
+    from rich.table import Table
+
+    t = Table(title=f"re-identification audit {out['id']}")
+    t.add_column("attack")
+    t.add_column("accuracy", justify="right")
+    t.add_column("seconds", justify="right")
+    res = out["results"]
+    for name in [*(a for a in ATTACKS if a in res), "prior", "oracle"]:
+        if name in res:
+            r = res[name]
+            secs = "" if r.get("seconds") is None else f"{r['seconds']:.1f}"
+            t.add_row(NAMES[name], f"{100 * r['accuracy']:.1f} %", secs)
+    return t
+
+
+def cmd_reidentify(args: argparse.Namespace) -> None:
+    """Start the audit, follow its progress (a bar; on a non-terminal also one line per
+    stage), print the results."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    console = Console()
+    with _client(args) as c:
+        a = _check(c.post("/v1/audits/reidentification", json=body_of(args)))["id"]
+        console.print(f"audit {a} started")
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), console=console
+        ) as bar:
+            task = bar.add_task("queued", total=1.0)
+            stage = None
+            while True:
+                out = _check(c.get(f"/v1/audits/reidentification/{a}"))
+                bar.update(task, completed=out["progress"], description=out.get("stage") or "")
+                if out.get("stage") != stage and not console.is_terminal:
+                    stage = out.get("stage")
+                    bar.console.print(f"{100 * out['progress']:5.1f} % {stage}")
+                if out["status"] != "running":
+                    break
+                time.sleep(POLL_SECONDS)
+    if out["status"] == "failed":
+        sys.exit(f"error: the audit failed: {out.get('error')}")
+    eps = out.get("epsilon")
+    console.print(
+        f"{out['source']}, release {out['release']['kind']}"
+        f" (ε = {'none: exact' if eps is None else f'{eps:g}'}"
+        + (f", {out['mechanism']}" if out.get("mechanism") else "")
+        + f"): n = {out['n']} records of {out['dimensions']} numbers, "
+        f"π_p = {out['pi_p']:.3f}, {out['seconds']:.1f} s"
+    )
+    console.print(table(out))
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Any:
+    """The sub-command action of ``parser`` (``selectivity audit``, whose other commands
+    ``service.cli_coldstore`` registers)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise LookupError("the parser has no sub-commands")
+
+
+def register(sub: Any) -> None:
+    """``selectivity audit reidentify`` (after ``cli_coldstore.register`` made ``audit``)."""
+    audit = _subparsers(sub.choices["audit"])
+    p = audit.add_parser(
+        "reidentify",
+        help="what an attacker holding a stream's records recovers of their labels from a "
+        "class-level release (over HTTP, analyst or admin)",
+    )
+    p.add_argument("--url", default=os.environ.get("SELECTIVITY_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--key", help="API key (default: $SELECTIVITY_API_KEY)")
+    p.add_argument("--stream", required=True)
+    p.add_argument("--positive-label", required=True, help="the label whose class is released")
+    p.add_argument("--release", choices=["count_tables", "class_mean"], required=True)
+    p.add_argument(
+        "--epsilon", type=float, default=None, help="class_mean: ε (omitted: the exact mean)"
+    )
+    p.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
+    p.add_argument("--classifier", choices=["linear", "mlp"], default="linear")
+    p.set_defaults(fn=cmd_reidentify)
