@@ -110,18 +110,9 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
     console.print(table(out))
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> Any:
-    """The sub-command action of ``parser`` (``selectivity audit``, whose other commands
-    ``service.cli_coldstore`` registers)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    raise LookupError("the parser has no sub-commands")
-
-
-def register(sub: Any) -> None:
-    """``selectivity audit reidentify`` (after ``cli_coldstore.register`` made ``audit``)."""
-    audit = _subparsers(sub.choices["audit"])
+def register(audit: Any) -> None:
+    """``selectivity audit reidentify``: ``audit`` is ``selectivity audit``'s sub-commands,
+    which ``cli_coldstore.register`` made and returned."""
     p = audit.add_parser(
         "reidentify",
         help="what an attacker holding a stream's records recovers of their labels from a "

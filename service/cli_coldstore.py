@@ -288,7 +288,9 @@ def cmd_unlock_list(args: argparse.Namespace) -> None:
         print("no unlock requests" + (f" with status {args.status}" if args.status else ""))
 
 
-def register(sub: Any, admin: Any) -> None:
+def register(sub: Any, admin: Any) -> Any:
+    """The cold-store commands; returns ``selectivity audit``'s sub-commands (for
+    ``service.cli_audit``)."""
     ic = admin.add_parser("init-coldstore", help="create the cold-store key; print its shares")
     ic.add_argument("--shares", type=int, default=3)
     ic.add_argument("--threshold", type=int, default=2)
@@ -344,3 +346,4 @@ def register(sub: Any, admin: Any) -> None:
     e.add_argument("--out")
     ranges(e)
     e.set_defaults(fn=cmd_unlock_export)
+    return au
