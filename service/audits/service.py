@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,9 @@ log = logging.getLogger("selectivity.audits")
 
 AUDIT_TTL_SECONDS = 86_400
 JOB_TIMEOUT_SECONDS = 4 * 3600
+# The job fails itself (and stops its thread) before SAQ's timeout would cancel it and leave
+# its status "running" until it expired.
+COMPUTE_SECONDS = JOB_TIMEOUT_SECONDS - 300
 PROGRESS_SECONDS = 0.5  # the least time between two progress writes of an audit
 HOT_CHUNK = 5000
 CONFIG = pu.PUConfig()
@@ -240,8 +244,22 @@ async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _compute(inp: dict[str, Any], spec: dict[str, Any], progress: list[Any]) -> dict[str, Any]:
+class _Stopped(Exception):
+    """The job gave up on the computation (its deadline, or the worker shutting down)."""
+
+
+def _retrieve(work: asyncio.Future[Any]) -> None:
+    """Collect the outcome of a computation the job gave up on (no "never retrieved" log)."""
+    if not work.cancelled():
+        work.exception()
+
+
+def _compute(
+    inp: dict[str, Any], spec: dict[str, Any], progress: list[Any], stop: threading.Event
+) -> dict[str, Any]:
     def tick(p: float, stage: str) -> None:
+        if stop.is_set():  # a thread cannot be cancelled: it stops at its next progress report
+            raise _Stopped
         progress[0], progress[1] = p, stage
 
     release = spec["release"]
@@ -306,13 +324,27 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
         else:
             inp = await _stream_input(ctx, spec)
         progress: list[Any] = [0.0, "starting"]
-        work = asyncio.ensure_future(asyncio.to_thread(_compute, inp, spec, progress))
+        stop = threading.Event()
+        work = asyncio.ensure_future(asyncio.to_thread(_compute, inp, spec, progress, stop))
         written: list[Any] = [0.0, ""]
-        while not work.done():
-            await asyncio.wait([work], timeout=PROGRESS_SECONDS)
-            if progress != written and not work.done():
-                written = list(progress)
-                await store.set_progress(a, float(written[0]), str(written[1]))
+        deadline = time.monotonic() + COMPUTE_SECONDS
+        try:
+            while not work.done():
+                await asyncio.wait([work], timeout=PROGRESS_SECONDS)
+                if time.monotonic() > deadline and not work.done():
+                    stop.set()
+                    work.add_done_callback(_retrieve)
+                    return await fail(
+                        f"the audit ran longer than {COMPUTE_SECONDS} s; audit fewer records, "
+                        "the linear classifier, or fewer attacks"
+                    )
+                if progress != written and not work.done():
+                    written = list(progress)
+                    await store.set_progress(a, float(written[0]), str(written[1]))
+        except asyncio.CancelledError:  # the worker stops: the job is requeued and starts over
+            stop.set()
+            work.add_done_callback(_retrieve)
+            raise
         summary = work.result()
     except ValueError as exc:  # the core's and the reader's messages name fields, never values
         return await fail(str(exc))

@@ -322,3 +322,40 @@ def test_the_total_size_of_inline_rows_is_bounded() -> None:
         AuditCreate.model_validate(body)
     body["source"] = {"rows": [[0.0] * d] * (n - 1), "labels": ["1"] + ["0"] * (n - 2)}
     assert len(AuditCreate.model_validate(body).source.rows or []) == n - 1
+
+
+async def test_an_audit_past_its_deadline_fails_and_stops_its_thread(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job fails itself before SAQ's timeout would cancel it (which would leave it
+    "running" until it expired), and the computation stops at its next progress report."""
+    monkeypatch.setattr(audits_service, "PROGRESS_SECONDS", 0.01)
+    monkeypatch.setattr(audits_service, "COMPUTE_SECONDS", 0.0)
+    stopped: list[BaseException] = []
+    real = audits_service._compute
+
+    def compute(*args: Any) -> dict[str, Any]:
+        try:
+            return real(*args)
+        except BaseException as exc:
+            stopped.append(exc)
+            raise
+
+    monkeypatch.setattr(audits_service, "_compute", compute)
+    rows, labels = _mixture(400)
+    body = {
+        "source": {"rows": rows, "labels": labels},
+        "positive_label": "1",
+        "release": {"kind": "class_mean"},
+        "attacks": ["nnpu", "upu"],
+        "classifier": "linear",
+    }
+    a = await _create(api, body)
+    assert (await _run(api, a)) == {"status": "failed"}
+    st = (await api.get(f"{URL}/{a}", role="analyst")).json()
+    assert st["status"] == "failed" and "ran longer than" in st["error"], st
+    for _ in range(500):  # the thread ends at its next progress report
+        if stopped:
+            break
+        await asyncio.sleep(0.01)
+    assert [type(e).__name__ for e in stopped] == ["_Stopped"]
