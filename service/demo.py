@@ -136,8 +136,9 @@ def run(args: argparse.Namespace) -> None:
         f"({part.get('composition', '')}); the whole ledger: GET /v1/streams/{name}/privacy"
     )
     console.print(
-        f"pages: {args.url}/ui/annotate (annotators), {args.url}/ui/curate (curators); "
-        f"API docs: {args.url}/docs"
+        f"pages: {args.url}/ui/ (the console: streams, break glass, audit log), "
+        f"{args.url}/ui/annotate (annotators), {args.url}/ui/curate (curators), "
+        f"{args.url}/ui/anonymize (k-anonymised releases); API docs: {args.url}/docs"
     )
 
 
