@@ -7,18 +7,35 @@ every roll adds the entering window and subtracts the leaving one; the next wind
 reading and writing the same bytes raw (one window's tables GET + SET), the I/O floor of an
 aggregate update. Memory: `MEMORY USAGE` of one window's table keys against cells × 4 bytes.
 Targets: a roll under 1 s at 40 tables; memory at most 1.1× the floor.
+
+Blocking (issue 17): after the timed rolls, ``STALL_ROLLS`` more rolls run while a client in
+another process (its own app context on the same Redis and SQL, as a second API process would
+be) ingests batches of 10 rows and featurizes one row, alternately, without pause, and a third
+process runs the worker's counting job every second. Per roll:
+the longest an operation took or the client waited for one to finish while the roll ran
+(``stall``), against the same measure over an equal stretch before the roll (``quiet``); and
+how long featurize still answered with the previous epoch after ingest already went to the
+new window (``stale``: from the first ingest accepted into the new window to the first
+featurize answer of the new epoch). Target: both ≤ 50 ms at 100 tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import statistics
 import time
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
 
 from bench.harness import InProcess
-from bench.report import Plot, Table, append_section, plot_path, pyplot
-from service.context import AppContext
+from bench.report import Plot, Table, append_section, plot_path, pyplot, section
+from service import resources
+from service.config import Settings
+from service.counting import service as counting
+from service.features import service as features
 from service.ingest import service as ingest
 from service.ingest.schemas import IngestIn
 from service.lifecycle import roll as lifecycle_roll
@@ -29,9 +46,162 @@ from service.windows import service as windows
 
 RETENTION = 4
 SIZES = (10, 40, 100)
+STALL_ROLLS = 3  # rolls with the client running, per size
+STALL_TARGET = 0.050  # s
 
 
-async def one(ctx: AppContext, n_tables: int, rolls: int, width: int) -> dict[str, float]:
+def _rows(n_tables: int, j0: int, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "features": {f"f{i}": str(j * 31 + i) for i in range(n_tables - 1)},
+            "label": str(j % 2),
+        }
+        for j in range(j0, j0 + n)
+    ]
+
+
+async def _client_loop(
+    settings: Settings, name: str, n_tables: int, stop: Event, ready: Event
+) -> list[tuple[str, float, float, int]]:
+    """Ingest 10 rows, featurize 1 row, again and again until ``stop``: (kind, start, end,
+    window or epoch; -1 for a refused call) per call, monotonic clock."""
+    ctx = await resources.build(settings)
+    out: list[tuple[str, float, float, int]] = []
+    try:
+        j = 10_000
+        while not stop.is_set():
+            body = IngestIn.model_validate({"observations": _rows(n_tables, j, 10)})
+            j += 10
+            t = time.monotonic()
+            kind = "ingest"
+            try:
+                res, _ = await ingest.ingest(ctx=ctx, name=name, body=body, idempotency_key=None)
+                got = res.window
+            except Exception as exc:  # refused: recorded with its type
+                kind, got = f"ingest refused: {type(exc).__name__}", -1
+            out.append((kind, t, time.monotonic(), got))
+            row = _rows(n_tables, j, 1)[0]["features"]
+            t = time.monotonic()
+            kind = "featurize"
+            try:
+                fz = await features.featurize(ctx=ctx, name=name, rows=[row])
+                got = int(fz["epoch"])
+            except Exception as exc:
+                kind, got = f"featurize refused: {type(exc).__name__}", -1
+            out.append((kind, t, time.monotonic(), got))
+            if len(out) >= 40:
+                ready.set()
+    finally:
+        await resources.close(ctx)
+    return out
+
+
+def _client(
+    data_dir: str, socket: str, name: str, n_tables: int, stop: Event, ready: Event, q: Any
+) -> None:
+    """The client process (spawned): a second app context on the bench's Redis and SQLite."""
+    q.put(asyncio.run(_client_loop(_settings(data_dir, socket), name, n_tables, stop, ready)))
+
+
+def _settings(data_dir: str, socket: str) -> Settings:
+    return Settings(
+        env="development",
+        data_dir=Path(data_dir),
+        redis_url=f"unix://{socket}",
+        database_url=None,
+        redis_prefix="bench",
+        embedded_worker=False,
+    )
+
+
+async def _count_loop(settings: Settings, name: str, stop: Event) -> None:
+    """The worker's counting job, every second, until ``stop`` (as ``SELECTIVITY_COUNT_SECONDS``
+    = 1 in the speed benchmark): a roll then counts only what arrived since its last run."""
+    ctx = await resources.build(settings)
+    try:
+        while not stop.is_set():
+            epoch = await ctx.stores.windows.epoch(name)
+            if epoch is not None:
+                rt = await streams.runtime(ctx=ctx, name=name)
+                try:
+                    await counting.count_hot(ctx=ctx, rt=rt, epoch=epoch)
+                except Exception as exc:  # a window expired under it: next second
+                    print(f"  counting: {type(exc).__name__}", flush=True)
+            await asyncio.sleep(1.0)
+    finally:
+        await resources.close(ctx)
+
+
+def _counter(data_dir: str, socket: str, name: str, stop: Event) -> None:
+    asyncio.run(_count_loop(_settings(data_dir, socket), name, stop))
+
+
+def _worst(ops: list[tuple[str, float, float, int]], lo: float, hi: float) -> float:
+    """The longest call that ran into [lo, hi], or wait within it between two calls' ends."""
+    inside = [o for o in ops if o[2] >= lo and o[1] <= hi]
+    longest = max((e - s for _, s, e, _ in inside), default=0.0)
+    ends = sorted([lo] + [e for _, _, e, _ in inside if lo <= e <= hi] + [hi])
+    gaps = max((b - a for a, b in zip(ends, ends[1:], strict=False)), default=0.0)
+    return max(longest, gaps)
+
+
+async def stalls(svc: InProcess, name: str, n_tables: int, rolls: int) -> dict[str, float]:
+    """``rolls`` rolls with the client running: the worst ``stall``, ``quiet`` and ``stale``
+    (seconds) over them."""
+    ctx = svc.ctx
+    mp = multiprocessing.get_context("spawn")
+    stop, ready, q = mp.Event(), mp.Event(), mp.Queue()
+    proc = mp.Process(
+        target=_client,
+        args=(svc._tmp.name, svc.embedded.socket, name, n_tables, stop, ready, q),
+    )
+    proc.start()
+    worker = mp.Process(target=_counter, args=(svc._tmp.name, svc.embedded.socket, name, stop))
+    worker.start()
+    marks: list[tuple[float, float, float, int]] = []
+    try:
+        while not ready.is_set():
+            await asyncio.sleep(0.05)
+            if not proc.is_alive():
+                raise RuntimeError("the stall client died")
+        took = 0.5
+        for _ in range(rolls):
+            await windows.prepare_next(ctx=ctx, name=name)
+            quiet_for = took + 0.2  # a stretch as long as a roll, with nothing else running
+            await asyncio.sleep(quiet_for + 0.1)
+            t0 = time.monotonic()
+            target = await lifecycle_roll.roll(ctx=ctx, name=name)
+            t1 = time.monotonic()
+            took = t1 - t0
+            marks.append((t0 - quiet_for, t0, t1, target))
+            await asyncio.sleep(0.3)
+    finally:
+        stop.set()
+    ops: list[tuple[str, float, float, int]] = await asyncio.to_thread(q.get, True, 120)
+    proc.join(30)
+    worker.join(30)
+    stall = quiet = stale = 0.0
+    for q0, t0, t1, target in marks:
+        stall = max(stall, _worst(ops, t0, t1))
+        quiet = max(quiet, _worst(ops, max(q0, t0 - (t1 - t0)), t0))
+        into = [e for k, _, e, w in ops if k == "ingest" and w == target]
+        served = [e for k, _, e, w in ops if k == "featurize" and w == target]
+        if into and served:
+            stale = max(stale, min(served) - min(into))
+        print(
+            f"  {n_tables} tables: roll to {target} took {t1 - t0:.3f} s; first ingest into it "
+            f"at {min(into, default=float('nan')) - t0:+.3f} s, first featurize of it at "
+            f"{min(served, default=float('nan')) - t0:+.3f} s",
+            flush=True,
+        )
+    refused = sorted({k for k, _, _, _ in ops if "refused" in k})
+    if refused:
+        print(f"  {n_tables} tables: refused calls: {refused}", flush=True)
+    return {"stall": stall, "quiet": quiet, "stale": max(stale, 0.0)}
+
+
+async def one(svc: InProcess, n_tables: int, rolls: int, width: int) -> dict[str, float]:
+    ctx = svc.ctx
     name = f"roll{n_tables}"
     body = StreamCreate.model_validate(
         {
@@ -47,17 +217,7 @@ async def one(ctx: AppContext, n_tables: int, rolls: int, width: int) -> dict[st
     )
     async with ctx.sessionmaker() as session, session.begin():
         await lifecycle_streams.create(ctx=ctx, session=session, stream_in=body)
-    rows = IngestIn.model_validate(
-        {
-            "observations": [
-                {
-                    "features": {f"f{i}": str(j * 31 + i) for i in range(n_tables - 1)},
-                    "label": str(j % 2),
-                }
-                for j in range(200)
-            ]
-        }
-    )
+    rows = IngestIn.model_validate({"observations": _rows(n_tables, 0, 200)})
     times: list[float] = []
     for k in range(RETENTION + 1 + rolls):
         await ingest.ingest(ctx=ctx, name=name, body=rows, idempotency_key=None)
@@ -87,18 +247,21 @@ async def one(ctx: AppContext, n_tables: int, rolls: int, width: int) -> dict[st
     for key in keys:
         used += int(await ctx.redis.memory_usage(key, samples=0) or 0)
     floor = (rt.spec.cells * len(rt.tables) + rt.spec.n_labels) * 4
+    blocked = await stalls(svc, name, n_tables, STALL_ROLLS)
+    print(f"  {n_tables} tables: with a client: {blocked}", flush=True)
     return {
         "tables": n_tables,
         "roll": statistics.median(times),
         "raw": raw,
         "memory": used,
         "floor": floor,
+        **blocked,
     }
 
 
 async def run(sizes: tuple[int, ...], rolls: int, width: int) -> list[dict[str, float]]:
     async with InProcess() as svc:
-        return [await one(svc.ctx, n, rolls, width) for n in sizes]
+        return [await one(svc, n, rolls, width) for n in sizes]
 
 
 def plot(results: list[dict[str, float]], width: int) -> Plot:
@@ -130,6 +293,9 @@ def plot(results: list[dict[str, float]], width: int) -> Plot:
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="selectivity bench roll", description=__doc__)
     p.add_argument("--quick", action="store_true", help="fewer rolls, narrower sketch")
+    p.add_argument(
+        "--no-report", action="store_true", help="print the section instead of appending it"
+    )
     args = p.parse_args(argv)
     rolls, width = (2, 4096) if args.quick else (5, 16384)
     results = asyncio.run(run(SIZES, rolls, width))
@@ -146,6 +312,25 @@ def main(argv: list[str]) -> None:
         ]
         for r in results
     ]
+    blocking = Table(
+        [
+            "tables",
+            "stall during a roll, ms (worst)",
+            "quiet stretch before it, ms (worst)",
+            "stale epoch served, ms (worst)",
+            f"both ≤ {STALL_TARGET * 1e3:.0f} ms",
+        ],
+        [
+            [
+                int(r["tables"]),
+                r["stall"] * 1e3,
+                r["quiet"] * 1e3,
+                r["stale"] * 1e3,
+                "yes" if max(r["stall"], r["stale"]) <= STALL_TARGET else "**no**",
+            ]
+            for r in results
+        ],
+    )
     header = [
         "tables",
         "roll s (median)",
@@ -174,10 +359,12 @@ def main(argv: list[str]) -> None:
             ["retention", f"{RETENTION} windows (a timed roll adds one window, subtracts one)"],
             ["noise", "laplace ε = 1, prepared ahead of each roll"],
             ["timed rolls per size", rolls],
+            ["rolls with a client ingesting and featurizing, per size", STALL_ROLLS],
         ],
     )
-    append_section(
-        "Roll time and memory per window",
-        [setup, Table(header, rows), target, plot(results, width)],
-        command="selectivity bench roll" + (" --quick" if args.quick else ""),
-    )
+    parts: list[Table | Plot] = [setup, Table(header, rows), target, blocking, plot(results, width)]
+    command = "selectivity bench roll" + (" --quick" if args.quick else "")
+    if args.no_report:
+        print(section("Roll time and memory per window", parts, command=command))
+    else:
+        append_section("Roll time and memory per window", parts, command=command)

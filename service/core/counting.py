@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,10 +26,53 @@ from service.core.featurize import Encoded, combine_codes
 from service.core.runtime import StreamRuntime, TableRef
 from service.core.sketch import KeyHasher, SketchSpec, grouped_increments
 
+# Digests the counting job keeps per stream (``KeyHasher``'s cache, ~200 B a key, so up to
+# ~50 MB for each of the ``HASHER_STREAMS`` streams kept): the same values recur run after run,
+# and hashing was a fifth of counting's CPU (BENCHMARKS.md, issue 17). With more streams counted
+# in turn the caches are rebuilt each run (slower by the dict inserts, the digests the same).
+HASH_CACHE_KEYS = 1 << 18
+HASHER_STREAMS = 4
+_hashers_lock = threading.Lock()
+_hashers: OrderedDict[tuple[bytes, SketchSpec], tuple[int, KeyHasher]] = OrderedDict()
+
 
 @functools.lru_cache(maxsize=256)
-def hasher(seed: bytes, spec: SketchSpec) -> KeyHasher:
+def _plain_hasher(seed: bytes, spec: SketchSpec) -> KeyHasher:
     return KeyHasher(seed=seed, spec=spec)
+
+
+def hasher(seed: bytes, spec: SketchSpec, *, epoch: int | None = None) -> KeyHasher:
+    """The stream's hasher. With ``epoch`` (the counting job's runs in that epoch), one that
+    caches digests, keyed by the raw values it hashed: those values are raw data, so the cache
+    belongs to one epoch and is replaced by an empty one at the first run of a later epoch, and
+    ``forget_keys`` drops it at the first counting tick after a roll even when no row comes.
+    A value therefore stays in memory no longer than the hot rows it came from (the window it
+    was counted in is hot at least until that roll; docs/ARCHITECTURE.md, "Threat model and
+    promises", 1). Without ``epoch``, a hasher that caches nothing."""
+    if epoch is None:
+        return _plain_hasher(seed, spec)
+    with _hashers_lock:
+        held = _hashers.get((seed, spec))
+        if held is None or held[0] != epoch:
+            held = (epoch, KeyHasher(seed=seed, spec=spec, cache_keys=HASH_CACHE_KEYS))
+            _hashers[(seed, spec)] = held
+        _hashers.move_to_end((seed, spec))
+        while len(_hashers) > HASHER_STREAMS:
+            _hashers.popitem(last=False)
+        return held[1]
+
+
+def forget_keys(seed: bytes, *, before_epoch: int) -> None:
+    """Drop the digest caches of the stream with ``seed`` made in epochs before ``before_epoch``."""
+    with _hashers_lock:
+        for k in [k for k, (e, _) in _hashers.items() if k[0] == seed and e < before_epoch]:
+            del _hashers[k]
+
+
+def cached_epochs(seed: bytes) -> list[int]:
+    """The epochs whose digest caches are held for the stream with ``seed`` (for tests)."""
+    with _hashers_lock:
+        return [e for k, (e, _) in _hashers.items() if k[0] == seed]
 
 
 def label_codes(rt: StreamRuntime, labels: pa.Array) -> np.ndarray:
@@ -79,6 +124,8 @@ def count_increments(
     tables: Sequence[TableRef],
     encoded: Mapping[str, Encoded],
     labels: np.ndarray,
+    *,
+    cache_epoch: int | None = None,
 ) -> Increments:
     """The increments of observations (each feature's codes ``encoded``, label indices
     ``labels``) in each of ``tables``, summed per cell, then the prior table's. Each distinct
@@ -89,7 +136,7 @@ def count_increments(
     n_tables = len(per_table)
     cells = deltas = np.empty(0, dtype=np.int64)
     if per_table:
-        buckets, signs = hasher(rt.hash_seed, spec).hash_many(
+        buckets, signs = hasher(rt.hash_seed, spec, epoch=cache_epoch).hash_many(
             [(t.name, e.keys) for t, e in zip(tables, per_table, strict=True)]
         )
         # All tables at once, stacked as extra labels: flat index = table * cells + cell.
@@ -103,6 +150,7 @@ def count_increments(
             buckets,
             signs,
             stacked,
+            label_block=n_labels,
         )
     bounds = np.searchsorted(cells, np.arange(n_tables + 1, dtype=np.int64) * spec.cells)
     table_of = np.repeat(np.arange(n_tables, dtype=np.int64), np.diff(bounds))

@@ -16,6 +16,7 @@ A table over features (f1, ..., fk) is named ``f1+...+fk``.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,15 +41,9 @@ def table_name(features: Sequence[str]) -> str:
 
 def bucket_index(value: float, edges: Sequence[float]) -> int:
     """Bucket of a numeric value: i such that edges[i-1] <= value < edges[i] (0 below the first
-    edge, len(edges) at or above the last)."""
-    lo, hi = 0, len(edges)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if value < edges[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    edge, len(edges) at or above the last; NaN, which compares false, gives len(edges)): the
+    number of edges <= value, ``bisect_right`` (C speed)."""
+    return bisect.bisect_right(edges, value)
 
 
 def canonical_value(value: object, spec: FeatureSpec) -> bytes:

@@ -13,6 +13,7 @@ from service.core.aggregate import Aggregate
 from service.core.featurize import (
     SEPARATOR,
     Encoded,
+    FeatureSpec,
     assemble,
     backoff_threshold,
     canonical_value,
@@ -28,6 +29,9 @@ from service.core.sketch import KeyHasher, estimate_stacked
 
 ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
 FEW_ROWS = 8  # up to this many rows, featurize key by key (see Featurizer._transform_few)
+# Keys whose derived columns a featurizer keeps for ``_transform_few`` (~150 B a key, all
+# tables together): single-row requests see the same values again and again.
+FEW_CACHE_KEYS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,18 @@ class Featurizer:
     cells: np.ndarray = field(repr=False, compare=False)  # tables one after another, int64
     offsets: np.ndarray = field(repr=False, compare=False)  # start of each of rt.tables
     hasher: KeyHasher = field(repr=False, compare=False)
+    # per table: its features' specs (``_transform_few``), fixed with the runtime
+    table_specs: tuple[tuple[FeatureSpec, ...], ...] = field(default=(), repr=False, compare=False)
+    # per table: key -> its derived columns (float64 bytes), filled by ``_transform_few``
+    derived_cache: list[dict[bytes, bytes]] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def build(
         cls, rt: StreamRuntime, agg: Aggregate, *, previous: Featurizer | None = None
     ) -> Featurizer:
-        """``previous``: a featurizer of the same aggregate, whose stacked cells are reused
-        when its tables are the same (the runtime is refreshed every few seconds)."""
+        """``previous``: an earlier featurizer of the stream: its stacked cells are reused when
+        it has the same aggregate and tables (the runtime is refreshed every few seconds), and
+        the derived columns it keeps when they would come out the same."""
         cfg = rt.config
         if (
             previous is not None
@@ -64,26 +73,43 @@ class Featurizer:
             cells, offsets = previous.cells, previous.offsets
         else:
             cells, offsets = _stack(rt, agg)
+        table_specs = _table_specs(rt)
+        thresholds = np.array(
+            [
+                backoff_threshold(
+                    noise_variance=rt.noise.variance_for(rt.weight_of(t)),
+                    n_windows=agg.n_windows,
+                    n_labels=len(rt.labels),
+                    sigmas=cfg.featurize.backoff_sigmas,
+                )
+                for t in rt.tables
+            ],
+            dtype=np.float64,
+        )
+        same_columns = (
+            previous is not None
+            and previous.agg is agg
+            and previous.table_specs == table_specs
+            and [t.name for t in previous.rt.tables] == [t.name for t in rt.tables]
+            and np.array_equal(previous.thresholds, thresholds)
+            and previous.rt.config.featurize.alpha == cfg.featurize.alpha
+        )
+        derived_cache = (
+            previous.derived_cache
+            if previous is not None and same_columns
+            else [{} for _ in rt.tables]
+        )
         return cls(
             rt=rt,
             agg=agg,
             columns=column_names([t.name for t in rt.tables], rt.labels, rt.passthrough),
             prior=prior_probabilities(agg.prior),
-            thresholds=np.array(
-                [
-                    backoff_threshold(
-                        noise_variance=rt.noise.variance_for(rt.weight_of(t)),
-                        n_windows=agg.n_windows,
-                        n_labels=len(rt.labels),
-                        sigmas=cfg.featurize.backoff_sigmas,
-                    )
-                    for t in rt.tables
-                ],
-                dtype=np.float64,
-            ),
+            thresholds=thresholds,
             cells=cells,
             offsets=offsets,
             hasher=KeyHasher(seed=rt.hash_seed, spec=rt.spec),
+            table_specs=table_specs,
+            derived_cache=derived_cache,
         )
 
     @property
@@ -189,33 +215,70 @@ class Featurizer:
     def _transform_few(self, rows: Sequence[Mapping[str, object]]) -> np.ndarray:
         """``transform`` of a handful of rows (a featurize request's usual size): the same
         canonical keys, hashes and estimates, without the per-feature encoding arrays, whose
-        numpy calls would cost more than the rows."""
-        rt, spec = self.rt, self.rt.spec
-        specs = {f.name: f for f in rt.features}
-        groups = []
-        for t in rt.tables:
-            if len(t.features) == 1:
-                one = specs[t.features[0]]
+        numpy calls would cost more than the rows. A key's derived columns depend only on the
+        featurizer (its aggregate, thresholds and prior), so they are kept per table
+        (``derived_cache``, up to ``FEW_CACHE_KEYS`` keys, dropped whole when full): a key seen
+        before costs a dict look-up, and only new keys are hashed and estimated."""
+        rt = self.rt
+        n, n_tab = len(rows), len(rt.tables)
+        caches = self.derived_cache or [{} for _ in rt.tables]
+        found: list[list[bytes]] = [[b""] * n_tab for _ in range(n)]
+        missing: list[tuple[int, int, bytes]] = []  # (table, row, key)
+        for j, fs in enumerate(self.table_specs or _table_specs(rt)):
+            if len(fs) == 1:
+                one = fs[0]
                 keys = [canonical_value(r.get(one.name), one) for r in rows]
             else:
-                fs = [specs[name] for name in t.features]
                 keys = [SEPARATOR.join(canonical_value(r.get(f.name), f) for f in fs) for r in rows]
-            groups.append((t.name, keys))
-        n, n_tab = len(rows), len(rt.tables)
-        buckets, signs = self.hasher.hash_many(groups)  # table-major: key j*n + i is row i
-        est = estimate_stacked(self.cells, np.repeat(self.offsets, n), buckets, signs, spec)
+            get = caches[j].get
+            for i, key in enumerate(keys):
+                block = get(key)
+                if block is None:
+                    missing.append((j, i, key))
+                else:
+                    found[i][j] = block
+        if missing:
+            self._derive_missing(missing, caches, found)
+        width = len(self.columns) - len(rt.passthrough)
+        out = np.empty((n, width + len(rt.passthrough)), dtype=np.float64)
+        if n_tab:
+            out[:, :width] = np.frombuffer(
+                b"".join(b for row in found for b in row), dtype=np.float64
+            ).reshape(n, width)
+        for j, name in enumerate(rt.passthrough):
+            out[:, width + j] = [_num(r.get(name)) for r in rows]
+        return out
+
+    def _derive_missing(
+        self,
+        missing: list[tuple[int, int, bytes]],
+        caches: list[dict[bytes, bytes]],
+        found: list[list[bytes]],
+    ) -> None:
+        """The derived columns of keys not kept yet: hashed, estimated (one gather) and derived
+        together, then kept."""
+        rt, spec = self.rt, self.rt.spec
+        tables = rt.tables
+        buckets, signs = self.hasher.hash_many([(tables[j].name, [k]) for j, _, k in missing])
+        at = np.array([j for j, _, _ in missing], dtype=np.int64)
+        est = estimate_stacked(self.cells, self.offsets[at], buckets, signs, spec, checked=False)
         derived = _per_key_block(
             est,
             prior=self.prior,
             alpha=rt.config.featurize.alpha,
-            threshold=np.repeat(self.thresholds, n),
+            threshold=self.thresholds[at],
         )
-        width = derived.shape[1]
-        out = np.empty((n, n_tab * width + len(rt.passthrough)), dtype=np.float64)
-        out[:, : n_tab * width] = derived.reshape(n_tab, n, width).transpose(1, 0, 2).reshape(n, -1)
-        for j, name in enumerate(rt.passthrough):
-            out[:, n_tab * width + j] = [_num(r.get(name)) for r in rows]
-        return out
+        if sum(len(c) for c in caches) + len(missing) > FEW_CACHE_KEYS:
+            for c in caches:
+                c.clear()
+        for m, (j, i, key) in enumerate(missing):
+            block = derived[m].tobytes()
+            found[i][j] = caches[j][key] = block
+
+
+def _table_specs(rt: StreamRuntime) -> tuple[tuple[FeatureSpec, ...], ...]:
+    specs = {f.name: f for f in rt.features}
+    return tuple(tuple(specs[name] for name in t.features) for t in rt.tables)
 
 
 def _stack(rt: StreamRuntime, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:

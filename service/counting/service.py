@@ -14,13 +14,21 @@ set reads those instead of parsing JSON again."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
 import numpy as np
 
 from service.context import AppContext
-from service.core.counting import Increments, count_increments, parse_rows, tables_of, within_bound
+from service.core.counting import (
+    Increments,
+    count_increments,
+    forget_keys,
+    parse_rows,
+    tables_of,
+    within_bound,
+)
 from service.core.runtime import StreamRuntime
 from service.errors import Unavailable
 from service.streams import repository
@@ -40,7 +48,9 @@ def _added(inc: Increments, tables: list[int], whole: list[bytes]) -> list[bytes
     return [inc.added_to(i, b) for i, b in zip(tables, whole, strict=True)]
 
 
-async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> int:
+async def count_window(
+    *, ctx: AppContext, rt: StreamRuntime, window: int, epoch: int | None = None
+) -> int:
     """Count window ``window``'s hot entries that are not counted yet into its tables, until
     none is left (for at most ``COUNT_SECONDS_MAX`` past the entries there were at the start);
     returns the number of entries counted by this call. Safe to run concurrently and to crash
@@ -48,7 +58,9 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
     checkpoint, by compare-and-set (``count.lua``), so every entry is counted exactly once; the
     rows parsed by column go with them (``Keys.cols``: the train set reads those). A window
     leaves the hot period only once it is counted to its end (``lifecycle.roll`` and
-    ``lifecycle.expire`` call this first)."""
+    ``lifecycle.expire`` call this first). ``epoch``: the stream's epoch, given by the counting
+    job, whose runs reuse the digests of values hashed earlier in that epoch
+    (``core.counting.hasher``)."""
     store = ctx.stores.counting
     windows = ctx.stores.windows
     last = await windows.hot_last_id(rt.name, window)
@@ -87,7 +99,13 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
             users = b" ".join(
                 b"%s %d" % (parsed.user_ids[u].encode(), after[u]) for u in changed.tolist()
             )
-        inc = await asyncio.to_thread(count_increments, rt, tables, counted.encoded, counted.labels)
+        inc = await asyncio.to_thread(
+            functools.partial(count_increments, cache_epoch=epoch),
+            rt,
+            tables,
+            counted.encoded,
+            counted.labels,
+        )
         # Tables with many increments are written whole (the prior table never is).
         dense = [i for i in range(len(tables)) if inc.size(i) * DENSE_RATIO > rt.spec.cells]
         values: dict[int, bytes] = {}
@@ -131,9 +149,10 @@ async def count_window(*, ctx: AppContext, rt: StreamRuntime, window: int) -> in
 async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
     """Count every window of the hot period of ``epoch`` (the open one included) up to now."""
     lo, hi = rt.hot_period(epoch)
+    forget_keys(rt.hash_seed, before_epoch=epoch)  # values hashed before the last roll
     total = 0
     for w in range(max(lo, 1), hi + 1):
-        total += await count_window(ctx=ctx, rt=rt, window=w)
+        total += await count_window(ctx=ctx, rt=rt, window=w, epoch=epoch)
     return total
 
 

@@ -46,7 +46,7 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
         agg = await store.read_agg(name, served)
         if agg is None:
             raise Unavailable(f"aggregate of epoch {served} of {name!r} is missing; retry")
-        fz = Featurizer.build(rt, agg)
+        fz = Featurizer.build(rt, agg, previous=hit)
     cache[name] = fz
     return fz
 
