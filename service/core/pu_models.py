@@ -17,7 +17,8 @@ does not give Adam's settings; we use Kingma & Ba's defaults ``beta1 = 0.9, beta
 eps = 1e-8``, and the learning rate ``1e-3`` and L2 weight decay ``0.005`` (added to the
 gradient, as Chainer's ``WeightDecay`` hook does) of Kiryo et al.'s nnPU code for MNIST.  Without
 the decay the scores of the 784-dimensional MNIST records grow to |g(x)| ~ 30 within a few hundred
-steps, the sigmoid loss saturates and growPU's growth stage never moves.
+steps and the sigmoid loss saturates.  growPU's supervised steps use the cross-entropy of the
+sigmoid output instead, at a learning rate of 1e-5 (:class:`service.core.pu.PUConfig`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ direction; the Bayes accuracy is Phi(1.5) = 93.3 %.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from service.core.noise import SeededRandomBits
 from service.core.pu import (
     PUConfig,
     _pu_loss_grad,
+    _weighted_logistic_grad,
     audit,
     laplace_mean_scale,
     laplace_noise,
@@ -31,7 +33,16 @@ from service.core.pu import (
 )
 from service.core.pu_models import Adam, LinearModel, MLPModel
 
-FAST = PUConfig(batch_size=200, t_pre=300, t_tune=300, pu_epochs=30, oracle_epochs=30)
+# growPU at 300 steps instead of the paper's 10,000 takes Adam's usual 1e-3 (its default, 1e-5,
+# is for the full budget): on the mixture both give the same accuracy once trained.
+FAST = PUConfig(
+    batch_size=200,
+    t_pre=300,
+    t_tune=300,
+    pu_epochs=30,
+    oracle_epochs=30,
+    growpu_learning_rate=1e-3,
+)
 
 
 def _mixture(seed: int, n: int = 1000, d: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -182,13 +193,9 @@ def test_attacks_beat_kmeans_and_the_prior_on_the_mixture() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="not reproduced: here growPU and nnPU tie on the mixture and nnPU wins on MNIST"
-    " (the paper: growPU ahead by 6-14 points); see the report of issue 15",
-)
 def test_growpu_beats_nnpu_on_the_mixture() -> None:
-    """The paper's claim, on average over four mixtures: growPU ahead by at least 2 points."""
+    """The paper's claim, on average over four mixtures: growPU ahead by at least 2 points
+    (measured: +3.0; with the sigmoid loss for growPU's steps, the earlier reading, it tied)."""
     gaps = []
     for seed in range(4):
         x, y = _mixture(seed)
@@ -252,13 +259,34 @@ def test_mlp_classifier_runs_and_reports_progress() -> None:
     ],
 )
 def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:
-    args = {"x": np.zeros((4, 2)), "y": np.array([0, 1, 0, 1]), "positive": 1}
+    args: dict[str, Any] = {"x": np.zeros((4, 2)), "y": np.array([0, 1, 0, 1]), "positive": 1}
     args.update(kwargs)
     with pytest.raises(ValueError, match=field):
         audit(args.pop("x"), args.pop("y"), config=FAST, **args)
 
 
+def test_growpu_logistic_loss_gradient_matches_finite_differences() -> None:
+    """growPU's training loss: Σ w log(1 + exp(−y z)) scaled, against central differences."""
+    y = np.array([1, -1, 1, -1, 1], dtype=np.float32)
+    w = np.array([1.0, 0.5, 2.0, 1.0, 0.25], dtype=np.float32)
+    z = np.array([0.3, -1.2, 2.0, 0.1, -1.5], dtype=np.float32)
+    loss_grad = _weighted_logistic_grad(y, w, 0.7)
+    loss, grad = loss_grad(z)
+    assert loss == pytest.approx(0.7 * float(np.sum(w * np.log1p(np.exp(-y * z)))), rel=1e-6)
+    h = 1e-3
+    for i in range(len(z)):
+        up, down = z.copy(), z.copy()
+        up[i] += h
+        down[i] -= h
+        numeric = (loss_grad(up)[0] - loss_grad(down)[0]) / (2 * h)
+        assert grad[i] == pytest.approx(numeric, rel=1e-3, abs=1e-5)
+
+
 def test_config_rejects_bad_hyper_parameters() -> None:
+    with pytest.raises(ValueError, match="growpu_loss"):
+        PUConfig(growpu_loss="hinge")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="growpu_learning_rate"):
+        PUConfig(growpu_learning_rate=0.0)
     with pytest.raises(ValueError, match="batch_size"):
         PUConfig(batch_size=0)
     with pytest.raises(ValueError, match="pi_pre"):
