@@ -1,0 +1,108 @@
+"""``selectivity privacy plan``: the budget planner (``service.core.plan``) on the command
+line, computed locally (no server)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pydantic import ValidationError
+
+from service.core.plan import PlanRequest, make_plan
+
+
+def _cardinality(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected FEATURE=KEYS, got {text!r}")
+    try:
+        return name, int(value)
+    except ValueError:
+        msg = f"{name}: KEYS must be an integer, got {value!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    cards = dict(args.cardinality)
+    if len(cards) != len(args.cardinality):
+        sys.exit("error: cardinality: a feature is given twice")
+    body = {
+        "observations_per_window": args.observations_per_window,
+        "cardinalities": cards,
+        "labels": args.labels,
+        "target_loss": args.target_loss,
+        "target_dp_cost": args.target_dp_cost,
+        "max_exposure": args.max_exposure,
+        "max_epsilon": args.max_epsilon,
+        "window_seconds": args.window_seconds,
+        "hot_windows": args.hot_windows,
+        "depth": args.depth,
+    }
+    try:
+        req = PlanRequest.model_validate(body)
+    except ValidationError as exc:
+        msgs = [
+            f"{'.'.join(map(str, e['loc']))}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        sys.exit("error: " + "; ".join(msgs))
+    p = make_plan(req)
+    if args.json:
+        print(json.dumps(p.as_dict() | {"stream": p.stream_body("planned")}, indent=2))
+        return
+    verdict = "proposal" if p.feasible else "closest (target not met)"
+    print(
+        f"{verdict}: laplace epsilon={p.epsilon:g} per window, window_seconds={p.window_seconds} "
+        f"(hot_windows={p.hot_windows}, retention_windows={p.retention_windows}), "
+        f"sketch {p.width} x {p.depth}"
+    )
+    weights = ", ".join(f"{t}={w:.3g}" for t, w in p.table_weights.items())
+    print(f"table_weights: {weights}; prior_weight={p.prior_weight:.3g}")
+    print("why:")
+    for line in p.why:
+        print(f"  {line}")
+
+
+def register(privacy: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``plan`` under ``selectivity privacy``."""
+    pp = privacy.add_parser(
+        "plan",
+        help="propose epsilon, window, sketch size and the per-table budget split for a stream",
+    )
+    pp.add_argument("--observations-per-window", type=int, required=True)
+    pp.add_argument(
+        "--cardinality",
+        type=_cardinality,
+        action="append",
+        required=True,
+        metavar="FEATURE=KEYS",
+        help="distinct keys expected of a feature (repeat per feature)",
+    )
+    pp.add_argument("--labels", type=int, default=2, help="number of labels")
+    pp.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help="log-loss / full-data baseline (default 1.03 without --target-dp-cost)",
+    )
+    pp.add_argument(
+        "--target-dp-cost",
+        type=float,
+        default=None,
+        help="log-loss at epsilon / without noise, e.g. 1.02",
+    )
+    pp.add_argument(
+        "--max-exposure", type=float, default=0.01, help="hot windows / retained windows"
+    )
+    pp.add_argument("--max-epsilon", type=float, default=1.0)
+    pp.add_argument(
+        "--window-seconds",
+        type=int,
+        default=86400,
+        help="the window the observations are counted in",
+    )
+    pp.add_argument("--hot-windows", type=int, default=2, help="windows in the train set")
+    pp.add_argument("--depth", type=int, default=3, help="sketch depth (fitted at 3)")
+    pp.add_argument("--json", action="store_true", help="print the proposal as JSON")
+    pp.set_defaults(fn=cmd_plan)
