@@ -3,6 +3,7 @@ the tests that drive the real server (CLI, browser); and the CLI itself in a sub
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -75,6 +76,7 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Server]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, killed whole at the end
     )
     server = Server(f"http://127.0.0.1:{port}", data, env, proc)
     try:
@@ -89,6 +91,10 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Server]:
             time.sleep(0.1)
         yield server
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            server.log += proc.communicate()[0]
+        # the whole process group: a SIGKILLed server leaves its process pool's forkserver,
+        # which holds the output pipe open (communicate would wait for it forever)
+        running = proc.poll() is None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if running:
+            server.log += proc.communicate(timeout=30)[0]

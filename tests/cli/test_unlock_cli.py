@@ -95,7 +95,9 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
         assert rid in out and "granted" in out and "windows 1..1" in out
         out = _cli(env, "unlock", "list", *common, "--key", admin, "--status", "pending")
         assert rid not in out and "no unlock requests with status pending" in out
-        p = cli("unlock", "list", *common, "--key", analyst, env=env)
+        out = _cli(env, "unlock", "list", *common, "--key", analyst)  # an analyst's own
+        assert rid in out and "granted" in out
+        p = cli("unlock", "list", *common, "--key", producer, env=env)
         assert p.returncode != 0 and "403" in p.stderr
         dest = tmp_path / "export.ndjson"
         out = _cli(env, "unlock", "export", *common, "--key", analyst, rid, "--out", str(dest))
