@@ -139,6 +139,13 @@ class FeaturizeSettings(Strict):
     backoff_sigmas: float = Field(default=1.0, ge=0, le=100)
 
 
+# Memory bounds: a table is one Redis string of int32 cells (Redis strings hold at most 512 MiB),
+# and a window's tables together are kept at most 1 GiB (BENCHMARKS.md: memory per window is
+# cells × 4 B).
+MAX_TABLE_CELLS = 1 << 27
+MAX_WINDOW_CELLS = 1 << 28
+
+
 class StreamCreate(Strict):
     name: StreamName
     features: list[FeatureIn] = Field(min_length=1, max_length=256)
@@ -184,5 +191,17 @@ class StreamCreate(Strict):
             raise ValueError(
                 f"max_tables must be at least the number of features + 1 (the prior table) "
                 f"= {needed}, got {self.max_tables}"
+            )
+        table = self.sketch.width * self.sketch.depth * len(self.labels)
+        if table > MAX_TABLE_CELLS:
+            raise ValueError(
+                f"sketch.width × sketch.depth × labels = {table} cells in a table, more than "
+                f"{MAX_TABLE_CELLS} (a table is one Redis string of 4-byte cells, at most 512 MiB)"
+            )
+        window = table * self.max_tables
+        if window > MAX_WINDOW_CELLS:
+            raise ValueError(
+                f"sketch.width × sketch.depth × labels × max_tables = {window} "
+                f"cells in a window, more than {MAX_WINDOW_CELLS} (1 GiB of Redis memory a window)"
             )
         return self
