@@ -75,6 +75,7 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "min_records": p.min_records,
         "free_slots": slots,
         "groups_per_round": p.groups_per_round,
+        "score": p.selection_score,
     }
     per_obs = [
         table_part(

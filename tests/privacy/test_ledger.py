@@ -178,6 +178,7 @@ async def test_selection_is_charged_for_the_rounds_a_stream_can_release(api: Api
     assert obs_sel["parameters"]["rounds"] == 2  # min(H = 3, S = 2)
     assert obs_sel["parameters"]["free_slots"] == 2
     assert obs_sel["parameters"]["min_records"] == 5000
+    assert obs_sel["parameters"]["score"] == "aic"  # the default for new streams
     assert obs_sel["epsilon"] == pytest.approx(2 * 0.25)
     user_sel = led["user"]["parts"][1]
     assert user_sel["parameters"]["rounds"] == 2 and user_sel["parameters"]["group_size"] == 6
