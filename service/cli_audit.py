@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Any
 
+from service.cli_coldstore import checked, http_client
+
 ATTACKS = ("growpu", "nnpu", "upu", "kmeans")
 POLL_SECONDS = 0.5
 NAMES = {
@@ -20,26 +22,6 @@ NAMES = {
     "prior": "prior (majority class)",
     "oracle": "oracle (supervised)",
 }
-
-
-def _client(args: argparse.Namespace) -> Any:
-    import httpx
-
-    key = args.key or os.environ.get("SELECTIVITY_API_KEY")
-    if not key:
-        sys.exit("error: pass --key or set SELECTIVITY_API_KEY")
-    return httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
-
-
-def _check(resp: Any) -> Any:
-    if resp.status_code >= 400:
-        try:
-            body = resp.json()
-            msg = f"{body.get('error')}: {body.get('detail')}"
-        except ValueError:
-            msg = resp.text[:200]
-        sys.exit(f"error {resp.status_code}: {msg}")
-    return resp.json()
 
 
 def body_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,8 +62,8 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
     console = Console()
-    with _client(args) as c:
-        a = _check(c.post("/v1/audits/reidentification", json=body_of(args)))["id"]
+    with http_client(args) as c:
+        a = checked(c.post("/v1/audits/reidentification", json=body_of(args)))["id"]
         console.print(f"audit {a} started")
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), console=console
@@ -89,7 +71,7 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
             task = bar.add_task("queued", total=1.0)
             stage = None
             while True:
-                out = _check(c.get(f"/v1/audits/reidentification/{a}"))
+                out = checked(c.get(f"/v1/audits/reidentification/{a}"))
                 bar.update(task, completed=out["progress"], description=out.get("stage") or "")
                 if out.get("stage") != stage and not console.is_terminal:
                     stage = out.get("stage")

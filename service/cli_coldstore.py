@@ -128,7 +128,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> None:
 # -- unlock over HTTP ---------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
+def http_client(args: argparse.Namespace) -> Any:
+    """An HTTP client for ``--url`` with ``--key`` (or $SELECTIVITY_API_KEY) as the bearer."""
     import httpx
 
     key = args.key or os.environ.get("SELECTIVITY_API_KEY")
@@ -137,7 +138,8 @@ def _client(args: argparse.Namespace) -> Any:
     return httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
 
 
-def _check(resp: Any) -> Any:
+def checked(resp: Any) -> Any:
+    """The JSON body of ``resp``, or exit with the service's error and detail."""
     if resp.status_code >= 400:
         try:
             body = resp.json()
@@ -160,8 +162,8 @@ def cmd_unlock_request(args: argparse.Namespace) -> None:
         body |= {"from_time": args.from_time, "to_time": args.to_time}
     if args.ttl is not None:
         body["ttl_seconds"] = args.ttl
-    with _client(args) as c:
-        _show(_check(c.post("/v1/admin/unlock-requests", json=body)))
+    with http_client(args) as c:
+        _show(checked(c.post("/v1/admin/unlock-requests", json=body)))
 
 
 def cmd_unlock_approve(args: argparse.Namespace) -> None:
@@ -172,18 +174,19 @@ def cmd_unlock_approve(args: argparse.Namespace) -> None:
         if not sys.stdin.isatty()
         else getpass.getpass("your SLIP-39 share (hidden): ").strip()
     )
-    with _client(args) as c:
-        _show(_check(c.post(f"/v1/admin/unlock-requests/{args.id}/approve", json={"share": share})))
+    with http_client(args) as c:
+        url = f"/v1/admin/unlock-requests/{args.id}/approve"
+        _show(checked(c.post(url, json={"share": share})))
 
 
 def cmd_unlock_status(args: argparse.Namespace) -> None:
-    with _client(args) as c:
-        _show(_check(c.get(f"/v1/admin/unlock-requests/{args.id}")))
+    with http_client(args) as c:
+        _show(checked(c.get(f"/v1/admin/unlock-requests/{args.id}")))
 
 
 def cmd_unlock_close(args: argparse.Namespace) -> None:
-    with _client(args) as c:
-        _show(_check(c.post(f"/v1/admin/unlock-requests/{args.id}/close")))
+    with http_client(args) as c:
+        _show(checked(c.post(f"/v1/admin/unlock-requests/{args.id}/close")))
 
 
 def cmd_unlock_export(args: argparse.Namespace) -> None:
@@ -202,12 +205,12 @@ def cmd_unlock_export(args: argparse.Namespace) -> None:
     }
     out = args.out or f"unlock-{args.id}.{'ndjson' if args.format == 'ndjson' else 'arrow'}"
     with (
-        _client(args) as c,
+        http_client(args) as c,
         c.stream("GET", f"/v1/admin/unlock-requests/{args.id}/export", params=params) as resp,
     ):
         if resp.status_code >= 400:
             resp.read()
-            _check(resp)
+            checked(resp)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with (
             os.fdopen(fd, "wb") as f,
@@ -267,9 +270,9 @@ def cmd_unlock_list(args: argparse.Namespace) -> None:
     if args.status:
         params["status"] = args.status
     n = 0
-    with _client(args) as c:
+    with http_client(args) as c:
         while True:
-            page = _check(c.get("/v1/admin/unlock-requests", params=params))
+            page = checked(c.get("/v1/admin/unlock-requests", params=params))
             for r in page["requests"]:
                 rng = (
                     f"windows {r['from_window']}..{r['to_window']}"
