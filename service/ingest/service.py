@@ -10,6 +10,7 @@ far less."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -28,6 +29,11 @@ from service.streams import service as streams
 from service.streams.validation import check_rows
 
 MAX_WINDOW_RETRIES = 8
+# A keyed batch waits, at most this many times this long, for the previous window to close
+# (the roll moves the epoch pointer, then closes the window it left: between the two, a retry
+# still in flight could be accepted there after this batch looked for it).
+CLOSE_WAITS = 20
+CLOSE_WAIT_SECONDS = 0.005
 # How long an API process trusts "no cold-store key yet" (a key, once made, is never removed:
 # "a key exists" is trusted for the life of the process).
 NO_KEY_RECHECK_SECONDS = 1.0
@@ -162,15 +168,19 @@ async def ingest(
     epoch = (None if idempotency_key else epochs.get(name)) or await windows.epoch(name)
     if epoch is None:
         raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
-    if idempotency_key:
-        earlier = list(range(max(1, epoch - rt.config.hot_windows), epoch))
-        replay = await store.find_replay(
-            stream=name, windows=earlier, token=token, fingerprint=fingerprint
-        )
-        if replay is not None:
-            return _replayed(*replay)
     ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * rt.config.hot_windows
     for _ in range(MAX_WINDOW_RETRIES):
+        if idempotency_key:
+            # Before accepting into ``epoch``: was this batch accepted into an earlier hot
+            # window? Asked again whenever the stream rolled under us, since a retry racing
+            # this one may have landed in the window that closed meanwhile.
+            await _until_closed(ctx, name, epoch - 1)
+            earlier = list(range(max(1, epoch - rt.config.hot_windows), epoch))
+            replay = await store.find_replay(
+                stream=name, windows=earlier, token=token, fingerprint=fingerprint
+            )
+            if replay is not None:
+                return _replayed(*replay)
         out = IngestOut(accepted=len(rows), window=epoch)
         status, stored = await store.accept(
             stream=name,
@@ -191,6 +201,18 @@ async def ingest(
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")
         epoch = fresh
     raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
+
+
+async def _until_closed(ctx: AppContext, name: str, window: int) -> None:
+    """Return once ``window`` accepts no batch (closed, or gone): only then does the replay
+    check over the earlier windows see every batch a retry could have landed in."""
+    if window < 1:
+        return
+    for _ in range(CLOSE_WAITS):
+        if await ctx.stores.windows.state(name, window) != "open":
+            return
+        await asyncio.sleep(CLOSE_WAIT_SECONDS)
+    raise Unavailable(f"stream {name!r} is rolling; retry shortly")
 
 
 def _replayed(status: str, stored: bytes | None) -> tuple[IngestOut, bool]:
