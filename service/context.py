@@ -31,6 +31,11 @@ class Caches:
     keys: dict[bytes, tuple[float, Any]] = field(default_factory=dict)  # admin: principals
     runtimes: dict[str, tuple[float, Any]] = field(default_factory=dict)  # streams
     featurizers: dict[str, Any] = field(default_factory=dict)  # features, by stream
+    # features: the next epoch's featurizer, loaded before the roll serves it, and the tasks
+    # that wait for it (cancelled by ``resources.close``)
+    featurizers_ahead: dict[str, Any] = field(default_factory=dict)
+    served: Any = None  # features: the served pointers (``features.pointer.ServedCache``)
+    background: dict[str, Any] = field(default_factory=dict)  # asyncio tasks, by name
     model_status: dict[str, tuple[float, str, str, int]] = field(default_factory=dict)  # models
     open_epochs: dict[str, int] = field(default_factory=dict)  # ingest
     boosters: dict[tuple[int, int], tuple[int, Any]] = field(default_factory=dict)  # reference

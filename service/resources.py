@@ -211,6 +211,9 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
 
 async def close(ctx: AppContext) -> None:
     ctx.vault.wipe_all()  # break-glass keys and shares leave memory with the process
+    for task in list(ctx.caches.background.values()):
+        task.cancel()
+    ctx.caches.background.clear()
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:

@@ -63,6 +63,12 @@ class Aggregate:
         }
         return {"meta": orjson.dumps(meta), "cells": cell_codec.encode(self.cells)}
 
+    @staticmethod
+    def span_of(meta: bytes) -> tuple[int, int]:
+        """``(lo, hi)`` from the stored metadata alone."""
+        m = orjson.loads(meta)
+        return int(m["lo"]), int(m["hi"])
+
     @classmethod
     def from_redis(cls, data: dict[bytes, bytes]) -> Aggregate:
         meta = orjson.loads(data[b"meta"])

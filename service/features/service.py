@@ -2,12 +2,15 @@
 (docs/ARCHITECTURE.md, "Data path", "Featurization").
 
 API processes cache the count-period aggregate in memory, keyed by epoch: one Redis GET of the
-``served`` pointer per request, and one read of the aggregate when the epoch moves."""
+``served`` pointer per request. The next epoch's aggregate is loaded in the background as soon
+as it is built ahead of the roll (``hot_windows`` ≥ 2), so featurize moves to the new epoch
+with the pointer; otherwise the first request after the roll reads it."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Literal
@@ -21,8 +24,11 @@ from service.context import AppContext
 from service.core import hotrows
 from service.core.featurizer import Featurizer
 from service.errors import PayloadTooLarge, Unavailable
+from service.features import pointer
 from service.streams import service as streams
 from service.streams.validation import check_rows
+
+log = logging.getLogger("selectivity.features")
 
 TRAINSET_CHUNK = 5000
 IPC_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, length 0
@@ -31,7 +37,7 @@ TRAINSET_PARALLEL = 2  # chunks featurized at once by one train-set download
 
 async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     store = ctx.stores.windows
-    served = await store.served(name)
+    served = await pointer.served(ctx, name)
     if served is None:
         await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
         raise Unavailable(f"stream {name!r} has no count period yet; retry shortly")
@@ -40,15 +46,52 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     hit = cache.get(name)
     if hit is not None and hit.epoch == served and hit.rt is rt:
         return hit
+    if hit is None or hit.epoch != served:
+        ahead = ctx.caches.featurizers_ahead.pop(name, None)
+        if ahead is not None and ahead.epoch == served:
+            hit = ahead
     if hit is not None and hit.epoch == served:
-        fz = Featurizer.build(rt, hit.agg, previous=hit)
+        fz = hit if hit.rt is rt else Featurizer.build(rt, hit.agg, previous=hit)
     else:
         agg = await store.read_agg(name, served)
         if agg is None:
             raise Unavailable(f"aggregate of epoch {served} of {name!r} is missing; retry")
         fz = Featurizer.build(rt, agg, previous=hit)
     cache[name] = fz
+    _load_ahead_soon(ctx, name, served)
     return fz
+
+
+AHEAD_POLL_SECONDS = 0.5
+
+
+def _load_ahead_soon(ctx: AppContext, name: str, epoch: int) -> None:
+    """Wait in the background for the aggregate of ``epoch`` + 1 (built ahead of the roll when
+    the stream has two or more hot windows, ``windows.build_next``) and load its featurizer,
+    so that the first featurize after the roll does not wait for a read of every table
+    (65 MB at 100 tables). One task per stream and process; it ends once the epoch moves."""
+    task = ctx.caches.background.get(f"ahead:{name}")
+    if task is not None and not task.done():
+        return
+    ctx.caches.background[f"ahead:{name}"] = asyncio.create_task(_load_ahead(ctx, name, epoch))
+
+
+async def _load_ahead(ctx: AppContext, name: str, epoch: int) -> None:
+    store = ctx.stores.windows
+    try:
+        while await store.served(name) == epoch:
+            if await store.agg_span(name, epoch + 1) is not None:
+                agg = await store.read_agg(name, epoch + 1)
+                if agg is not None:
+                    rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(epoch + 1)
+                    fz = await asyncio.to_thread(Featurizer.build, rt, agg)
+                    ctx.caches.featurizers_ahead[name] = fz
+                return
+            await asyncio.sleep(AHEAD_POLL_SECONDS)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the next featurize after the roll reads the aggregate itself
+        log.warning("loading the next aggregate of %s failed: %s", name, type(exc).__name__)
 
 
 async def featurize(*, ctx: AppContext, name: str, rows: Sequence[Mapping[str, object]]) -> dict:

@@ -8,7 +8,9 @@ run completes the first's work without doing any of it twice. They run in the wo
 in the process that rolled.
 
 - ``windows_prepare_next``: noise-initialise the tables of window epoch + 1 ahead of the next
-  roll (a no-op once it is prepared or open).
+  roll (a no-op once it is prepared or open), and, with ``hot_windows`` ≥ 2, build the
+  count-period aggregate the next roll will serve (``windows.build_next``), so that the roll
+  moves ``served`` at once.
 - ``selection_round``: DP count-table selection on the hot period that just closed
   (``service.selection``; its commit holds the stream lock and re-checks the free slots).
 - ``reference_refresh``: train and score this epoch's reference model (the previous one was
@@ -118,7 +120,9 @@ async def _work(ctx: AppContext, kind: str, name: str, stream_id: int, epoch: in
         if await ctx.stores.windows.epoch(name) != epoch:
             return {"prepared": False, "reason": "the stream moved on"}
         rt = await streams.runtime(ctx=ctx, name=name)
-        return {"prepared": await windows.prepare(ctx=ctx, rt=rt, epoch=epoch + 1)}
+        prepared = await windows.prepare(ctx=ctx, rt=rt, epoch=epoch + 1)
+        built = await windows.build_next(ctx=ctx, rt=rt, epoch=epoch)
+        return {"prepared": prepared, "aggregate_built": built}
     if kind == "selection_round":
         return await selection.select_tables(ctx=ctx, name=name, epoch=epoch)
     if kind == "reference_refresh":

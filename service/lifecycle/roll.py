@@ -23,6 +23,7 @@ from service.context import AppContext
 from service.core.runtime import StreamRuntime
 from service.counting import service as counting
 from service.errors import NotFound
+from service.features import pointer
 from service.lifecycle import followups
 from service.lifecycle.expire import expire
 from service.models import service as models
@@ -82,9 +83,16 @@ async def roll(
         mark("pointed")
         await store.set_state(name, previous, "closed")
         mark("closed")
+        if await windows.aggregate_ready(ctx=ctx, rt=rt, epoch=target):
+            # built ahead by the previous roll's follow-up (hot_windows ≥ 2): featurize moves
+            # to the new epoch now, with ingest, not after the closed window is counted
+            await store.set_served(name, target)
+            pointer.moved(ctx, name, target)
+            mark("served")
         await count_closed(ctx=ctx, rt=rt, epoch=target)
         mark("counted")
         await windows.update_aggregate(ctx=ctx, rt=rt, epoch=target)
+        pointer.moved(ctx, name, target)
         mark("aggregated")
 
         hot_lo, _ = rt.hot_period(target)

@@ -14,6 +14,7 @@ from service.core.featurize import table_name
 from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, Stream
 from service.errors import Conflict, ValidationError
+from service.features import pointer
 from service.streams import repository
 from service.streams import service as streams
 from service.streams.schemas import StreamOut
@@ -55,5 +56,6 @@ async def create(*, ctx: AppContext, session: AsyncSession, stream_in: StreamCre
     await windows.forget_leftovers(ctx=ctx, name=rt.name)
     await windows.prepare(ctx=ctx, rt=rt, epoch=1, state="open")
     await windows.initialise_pointers(ctx=ctx, rt=rt)
+    pointer.moved(ctx, rt.name, 1)
     await windows.prepare(ctx=ctx, rt=rt, epoch=2, state="prepared")
     return streams.to_out(stream, tables)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
@@ -107,14 +108,23 @@ class WindowStore:
 
     async def clear_pointers(self, s: str) -> None:
         await self.r.delete(self.k.epoch(s), self.k.served(s))
+        await self.r.publish(self.k.served_channel(), orjson.dumps([s, None]))
 
     async def set_served(self, s: str, epoch: int) -> None:
+        """Move the pointer, then tell the API processes that cache it
+        (``service.features.pointer``)."""
         await self.r.set(self.k.served(s), epoch)
+        await self.r.publish(self.k.served_channel(), orjson.dumps([s, epoch]))
 
     # -- aggregate ----------------------------------------------------------------------
     async def read_agg(self, s: str, epoch: int) -> Aggregate | None:
         data = await self.r.hgetall(self.k.agg(s, epoch))
         return Aggregate.from_redis(cast(dict[bytes, bytes], data)) if data else None
+
+    async def agg_span(self, s: str, epoch: int) -> tuple[int, int] | None:
+        """The stored aggregate's count period ``(lo, hi)``, or None: its metadata only."""
+        meta = await self.r.hget(self.k.agg(s, epoch), "meta")
+        return Aggregate.span_of(cast(bytes, meta)) if meta is not None else None
 
     async def write_agg(self, s: str, agg: Aggregate) -> None:
         key = self.k.agg(s, agg.epoch)

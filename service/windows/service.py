@@ -89,43 +89,76 @@ async def initialise_pointers(*, ctx: AppContext, rt: StreamRuntime) -> None:
     await store.set_served(rt.name, 1)
 
 
-async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> Aggregate:
-    """The count-period aggregate of ``epoch``: incrementally, ``agg(e) = agg(e−1) + entering
-    − leaving`` (sketches are linear), or summed afresh when agg(e−1) is missing. One flat
-    array, one MGET per window: O(tables), not O(data)."""
+async def update_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> None:
+    """Build the count-period aggregate of ``epoch`` unless it is built already, and serve it
+    (move ``served`` to ``epoch``)."""
+    await build_aggregate(ctx=ctx, rt=rt, epoch=epoch)
+    await ctx.stores.windows.set_served(rt.name, epoch)
+
+
+async def aggregate_ready(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
+    """Whether the aggregate of ``epoch`` is stored for the count period ``epoch`` has now
+    (two small reads: not the cells)."""
+    span = await ctx.stores.windows.agg_span(rt.name, epoch)
+    return span == rt.count_period(epoch)
+
+
+async def build_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
+    """Store the count-period aggregate of ``epoch`` without serving it; False when it was
+    stored already. Incrementally, ``agg(e) = agg(e−1) + entering − leaving`` (sketches are
+    linear), or summed afresh when agg(e−1) is missing: one flat array, one MGET per window,
+    O(tables), not O(data). Every window of the count period must be counted to its end
+    (closed, and counted by the roll that closed it): the roll calls this after ``count_closed``,
+    and ``build_next`` only for a window that closed a roll earlier."""
+    if await aggregate_ready(ctx=ctx, rt=rt, epoch=epoch):
+        return False
     store = ctx.stores.windows
-    served = await store.served(rt.name)
-    if served is not None and served >= epoch:
-        done = await store.read_agg(rt.name, epoch)
-        if done is not None:
-            return done
     lo, hi = rt.count_period(epoch)
     ids = [t.id for t in rt.tables]
     layout = [(tid, rt.spec.cells) for tid in ids]
     prev = await store.read_agg(rt.name, epoch - 1)
     if prev is None or (prev.lo, prev.hi) != (lo - 1, hi - 1):
-        return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+        await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+        return True
     cells = prev.aligned(layout, rt.spec.n_labels)
     windows = [w for w in prev.windows if w >= lo]
     for w in (w for w in prev.windows if w < lo):
         leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells)
         if leaving is None:  # deleted already: cannot subtract, so sum afresh
-            return await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+            await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
+            return True
         cells -= leaving
     if hi >= 1 and hi not in windows:
         entering = await store.read_window(rt.name, hi, ids, cells=rt.spec.cells)
         if entering is not None:
             cells += entering
             windows.append(hi)
-    agg = Aggregate(epoch, lo, hi, sorted(windows), layout, cells)
-    await store.write_agg(rt.name, agg)
-    await store.set_served(rt.name, epoch)
-    return agg
+    await store.write_agg(rt.name, Aggregate(epoch, lo, hi, sorted(windows), layout, cells))
+    return True
+
+
+async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
+    """Ahead of the roll to ``epoch`` + 1 (a follow-up of the roll to ``epoch``): build the
+    aggregate that roll will serve, so that the roll itself only moves the ``served`` pointer.
+    Possible when ``hot_windows`` ≥ 2: the window that enters the count period at the next
+    roll, ``epoch + 1 − hot_windows``, closed at the roll to ``epoch`` or earlier and that roll
+    counted it to its end (closed windows take no entries). With one hot window the entering
+    window is the open one, so the roll builds the aggregate itself. False when there is
+    nothing to do (one hot window, built already, or the stream moved on: then the roll that
+    moved it built it)."""
+    if rt.config.hot_windows < 2:
+        return False
+    store = ctx.stores.windows
+    if await store.epoch(rt.name) != epoch:
+        return False
+    # If the stream rolls on meanwhile, that roll builds (or finds) the same aggregate, and an
+    # aggregate written late is dropped by a later roll's expiry (``delete_aggs_before``).
+    return await build_aggregate(ctx=ctx, rt=rt, epoch=epoch + 1)
 
 
 async def _sum_afresh(
     ctx: AppContext, rt: StreamRuntime, epoch: int, lo: int, hi: int, ids: list[int]
-) -> Aggregate:
+) -> None:
     store = ctx.stores.windows
     layout = [(tid, rt.spec.cells) for tid in ids]
     cells = np.zeros(rt.spec.cells * len(ids) + rt.spec.n_labels, np.int64)
@@ -136,10 +169,7 @@ async def _sum_afresh(
             continue
         cells += flat
         windows.append(w)
-    agg = Aggregate(epoch, lo, hi, windows, layout, cells)
-    await store.write_agg(rt.name, agg)
-    await store.set_served(rt.name, epoch)
-    return agg
+    await store.write_agg(rt.name, Aggregate(epoch, lo, hi, windows, layout, cells))
 
 
 async def prepare_next(*, ctx: AppContext, name: str) -> bool:

@@ -81,6 +81,71 @@ async def test_incremental_aggregate_equals_fresh_sum_and_old_tables_expire(api:
     assert states[1] == "expired" and states[5] == "counted" and states[7] == "open"
 
 
+async def test_with_two_hot_windows_the_roll_serves_an_aggregate_built_ahead(
+    api: Api, jobs: Jobs
+) -> None:
+    """hot_windows = 2: the follow-up of the roll to E builds the aggregate of E + 1, so the
+    roll to E + 1 moves ``served`` before it counts the window it closed; that aggregate is
+    the plain sum of its count period's tables (rows accepted after it was built, into the
+    open window, are not in it), and featurize answers from it."""
+    name = await new_stream(
+        api,
+        "win",
+        hot_windows=2,
+        retention_windows=2,
+        privacy={"mechanism": "laplace", "epsilon": 1},
+    )
+    ctx = api.ctx
+    store = ctx.stores.windows
+    rt = await streams.runtime(ctx=ctx, name=name)
+    ids = [t.id for t in rt.tables]
+    for k in range(6):
+        await ingest(api, name, [obs("alice", "x", 20, str(k % 2))] * (k + 1))
+        epoch = await store.epoch(name)
+        assert epoch is not None
+        if k >= 1:  # built by the previous roll's follow-up, before these rows came
+            assert await store.agg_span(name, epoch + 1) == rt.count_period(epoch + 1)
+        marks: list[str] = []
+        await lifecycle_roll.roll(ctx=ctx, name=name, step=marks.append)
+        if k >= 1:
+            assert marks.index("served") < marks.index("counted")
+        else:  # the first roll has nothing built ahead (the stream was just created)
+            assert "served" not in marks
+        assert await store.served(name) == epoch + 1
+        await jobs()
+    served = await store.served(name)
+    assert served == 7
+    agg = await store.read_agg(name, served)
+    assert agg is not None and agg.windows == [4, 5]
+    fresh = np.zeros_like(agg.cells)
+    for w in agg.windows:
+        flat = await store.read_window(name, w, ids, cells=rt.spec.cells)
+        assert flat is not None
+        fresh += flat
+    np.testing.assert_array_equal(agg.cells, fresh)
+    # built ahead for epoch 8: windows 5 and 6, not the open window 7
+    ahead = await store.read_agg(name, 8)
+    assert ahead is not None and ahead.windows == [5, 6]
+
+
+async def test_with_one_hot_window_nothing_is_built_ahead(api: Api, jobs: Jobs) -> None:
+    """hot_windows = 1: the window entering the count period is the one the roll closes, so
+    the roll builds the aggregate itself after counting it."""
+    name = await new_stream(api, "win", hot_windows=1)
+    ctx = api.ctx
+    for _ in range(3):
+        await ingest(api, name, [obs("alice", "x", 20, "1")])
+        marks: list[str] = []
+        await lifecycle_roll.roll(ctx=ctx, name=name, step=marks.append)
+        assert "served" not in marks
+        await jobs()
+    epoch = await ctx.stores.windows.epoch(name)
+    assert epoch == 4
+    assert await ctx.stores.windows.agg_span(name, epoch + 1) is None
+    out = await featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
+    assert out["epoch"] == 4 and column(out, "user:count:1")[0] == 3.0
+
+
 async def test_expire_deletes_hot_data_only_of_sealed_windows(api: Api, jobs: Jobs) -> None:
     name = await new_stream(api, "win")
     ctx = api.ctx
@@ -148,6 +213,38 @@ async def test_a_roll_killed_midway_is_completed_by_the_next_run(api: Api, crash
     assert {w["epoch"]: w["state"] for w in r.json()["windows"]} == {1: "counted", 2: "open"}
     # and the following roll is an ordinary one
     assert await lifecycle_roll.roll(ctx=ctx, name=name) == 3
+
+
+async def test_a_roll_killed_after_serving_ahead_is_completed(api: Api, jobs: Jobs) -> None:
+    """hot_windows = 2, killed right after ``served`` moved to the aggregate built ahead:
+    the next run counts the closed window, commits, and serves the same epoch."""
+    name = await new_stream(api, "win", hot_windows=2)
+    ctx = api.ctx
+    await ingest(api, name, [obs("alice", "x", 20, "1")] * 2)  # window 1
+    assert await lifecycle_roll.roll(ctx=ctx, name=name) == 2
+    await jobs()  # builds the aggregate of epoch 3 (count period: window 1)
+    await ingest(api, name, [obs("alice", "x", 20, "1")])  # window 2
+
+    def step(at: str) -> None:
+        if at == "served":
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        await lifecycle_roll.roll(ctx=ctx, name=name, step=step)
+    assert await ctx.stores.windows.served(name) == 3
+    out = await featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
+    assert out["epoch"] == 3 and column(out, "user:count:1")[0] == 2.0
+    assert await lifecycle_roll.roll(ctx=ctx, name=name, only_if_due=True) == 3
+    r = await api.get(f"/v1/streams/{name}/windows", role="model")
+    assert {w["epoch"]: w["state"] for w in r.json()["windows"]} == {
+        1: "counted",
+        2: "hot",
+        3: "open",
+    }
+    assert (await ctx.stores.windows.state(name, 2)) == "closed"
+    assert await lifecycle_roll.roll(ctx=ctx, name=name) == 4
+    out = await featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
+    assert out["epoch"] == 4 and column(out, "user:count:1")[0] == 3.0
 
 
 async def test_scheduled_roll_happens_when_due(api: Api) -> None:
