@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing
 import statistics
 import time
@@ -149,6 +150,10 @@ def _worst(ops: list[tuple[str, float, float, int]], lo: float, hi: float) -> fl
     return max(longest, gaps)
 
 
+def _mark(marks: list[tuple[str, float]], at: str) -> None:
+    marks.append((at, time.perf_counter()))
+
+
 async def _ahead(svc: InProcess, name: str) -> float:
     """What the roll's follow-up does in the worker before the next roll: noise for the next
     window, and (two or more hot windows) the aggregate the next roll serves. Its seconds."""
@@ -257,8 +262,11 @@ async def one(
         await ingest.ingest(ctx=ctx, name=name, body=rows, idempotency_key=None)
         ahead = await _ahead(svc, name)  # ahead of time, as the worker does
         t = time.perf_counter()
-        await lifecycle_roll.roll(ctx=ctx, name=name)
+        marks: list[tuple[str, float]] = []
+        await lifecycle_roll.roll(ctx=ctx, name=name, step=functools.partial(_mark, marks))
         dt = time.perf_counter() - t
+        steps = [(at, b - a) for (at, b), (_, a) in zip(marks, [("", t)] + marks, strict=False)]
+        print("    steps: " + ", ".join(f"{at} {sec * 1e3:.0f} ms" for at, sec in steps))
         if k >= RETENTION + hot_windows:  # steady state: a window enters and one leaves
             times.append(dt)
             aheads.append(ahead)
