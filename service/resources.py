@@ -3,6 +3,7 @@ the CLI and the tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -211,9 +212,12 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
 
 async def close(ctx: AppContext) -> None:
     ctx.vault.wipe_all()  # break-glass keys and shares leave memory with the process
-    for task in list(ctx.caches.background.values()):
-        task.cancel()
+    tasks = list(ctx.caches.background.values())
     ctx.caches.background.clear()
+    for task in tasks:
+        task.cancel()
+    if tasks:  # let them unwind while Redis is still open
+        await asyncio.wait(tasks, timeout=5)
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:

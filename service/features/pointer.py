@@ -89,13 +89,14 @@ async def _watch_loop(ctx: AppContext, cache: ServedCache) -> None:
                     name, epoch = orjson.loads(message["data"])
                     cache.generation += 1
                     cache.epochs[str(name)] = (time.monotonic(), epoch)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the process is closing: its pool closes the connection
+            cache.live = False
+            cache.epochs.clear()
             raise
         except Exception as exc:  # Redis went away: read the pointer per request till back
             log.warning("the served-pointer subscription failed: %s", type(exc).__name__)
-        finally:
-            cache.live = False
-            cache.epochs.clear()
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+        cache.live = False
+        cache.epochs.clear()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(pubsub.aclose(), RETRY_SECONDS)
         await asyncio.sleep(RETRY_SECONDS)

@@ -36,7 +36,6 @@ TRAINSET_PARALLEL = 2  # chunks featurized at once by one train-set download
 
 
 async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
-    store = ctx.stores.windows
     served = await pointer.served(ctx, name)
     if served is None:
         await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
@@ -46,23 +45,43 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     hit = cache.get(name)
     if hit is not None and hit.epoch == served and hit.rt is rt:
         return hit
-    if hit is None or hit.epoch != served:
-        ahead = ctx.caches.featurizers_ahead.pop(name, None)
-        if ahead is not None and ahead.epoch == served:
-            hit = ahead
+    base: Featurizer
     if hit is not None and hit.epoch == served:
-        fz = hit if hit.rt is rt else Featurizer.build(rt, hit.agg, previous=hit)
+        base = hit
     else:
-        agg = await store.read_agg(name, served)
-        if agg is None:
-            raise Unavailable(f"aggregate of epoch {served} of {name!r} is missing; retry")
-        fz = Featurizer.build(rt, agg, previous=hit)
+        base = await asyncio.shield(_loading(ctx, name, served))
+        entry = ctx.caches.featurizers_ahead.get(name)
+        if entry is not None and entry[0] <= served:
+            del ctx.caches.featurizers_ahead[name]
+    fz = base if base.rt is rt else Featurizer.build(rt, base.agg, previous=base)
     cache[name] = fz
     _load_ahead_soon(ctx, name, served)
     return fz
 
 
 AHEAD_POLL_SECONDS = 0.5
+
+
+def _loading(ctx: AppContext, name: str, epoch: int) -> asyncio.Task[Featurizer]:
+    """The one task of this process that reads the aggregate of ``epoch`` and builds its
+    featurizer: requests that need it while it runs (the first ones after a roll), and the
+    background load ahead of the roll, all wait for the same read."""
+    entry = ctx.caches.featurizers_ahead.get(name)
+    if entry is not None and entry[0] == epoch:
+        task: asyncio.Task[Featurizer] = entry[1]
+        if not task.done() or task.exception() is None:
+            return task
+    task = asyncio.create_task(_read_and_build(ctx, name, epoch))
+    ctx.caches.featurizers_ahead[name] = (epoch, task)
+    return task
+
+
+async def _read_and_build(ctx: AppContext, name: str, epoch: int) -> Featurizer:
+    agg = await ctx.stores.windows.read_agg(name, epoch)
+    if agg is None:
+        raise Unavailable(f"aggregate of epoch {epoch} of {name!r} is missing; retry")
+    rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(epoch)
+    return await asyncio.to_thread(Featurizer.build, rt, agg)
 
 
 def _load_ahead_soon(ctx: AppContext, name: str, epoch: int) -> None:
@@ -81,11 +100,7 @@ async def _load_ahead(ctx: AppContext, name: str, epoch: int) -> None:
     try:
         while await store.served(name) == epoch:
             if await store.agg_span(name, epoch + 1) is not None:
-                agg = await store.read_agg(name, epoch + 1)
-                if agg is not None:
-                    rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(epoch + 1)
-                    fz = await asyncio.to_thread(Featurizer.build, rt, agg)
-                    ctx.caches.featurizers_ahead[name] = fz
+                await _loading(ctx, name, epoch + 1)
                 return
             await asyncio.sleep(AHEAD_POLL_SECONDS)
     except asyncio.CancelledError:

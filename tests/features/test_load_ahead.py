@@ -18,7 +18,8 @@ PROBE = [{"user": "alice", "item": "x", "age": 20}]
 async def _loaded_ahead(api: Api, name: str, epoch: int) -> None:
     for _ in range(100):
         ahead = api.ctx.caches.featurizers_ahead.get(name)
-        if ahead is not None and ahead.epoch == epoch:
+        if ahead is not None and ahead[0] == epoch and ahead[1].done():
+            assert ahead[1].result().epoch == epoch
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"the featurizer of epoch {epoch} was not loaded ahead")
@@ -60,6 +61,6 @@ async def test_without_an_aggregate_ahead_the_first_featurize_reads_it(
     assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
     await jobs()
     await asyncio.sleep(0.1)
-    assert name not in api.ctx.caches.featurizers_ahead
+    assert name not in api.ctx.caches.featurizers_ahead  # nothing was loaded ahead
     out = await featurize(api, name, PROBE)
     assert out["epoch"] == 2 and column(out, "user:count:1")[0] == 2.0

@@ -60,9 +60,7 @@ async def test_a_roll_elsewhere_reaches_the_cache_and_reads_stop(
         assert reads == []
 
 
-async def test_without_the_subscription_every_request_reads(
-    api: Api, backend: Backend
-) -> None:
+async def test_without_the_subscription_every_request_reads(api: Api, backend: Backend) -> None:
     name = await new_stream(api, "ptr")
     await ingest(api, name, [obs("alice", "x", 20, "1")])
     async with app_context(backend.settings, backend.embedded) as other:
