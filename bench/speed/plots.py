@@ -85,7 +85,7 @@ def plot(
         labels = {
             "featurize_te": "featurize batch\n÷ TargetEncoder",
             "latency_p50": "HTTP featurize p50\n÷ no-op (lower is better)",
-            "ingest": "HTTP ingest\n÷ pipelined XADD",
+            "ingest_counted": "HTTP ingest, counted\n÷ pipelined XADD",
             "trainset": "train set\n÷ raw XRANGE",
         }
         ax.set_xticks(x, [labels.get(r.key, r.what) for r in targets], fontsize=8)

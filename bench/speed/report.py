@@ -14,7 +14,11 @@ from bench.speed.batch import BatchResult
 from bench.speed.http_bench import HttpResult
 from bench.speed.profile import ingest_profile, trainset_profile
 
-TARGETS = MappingProxyType({"featurize": 1.0, "latency": 2.0, "ingest": 0.3, "trainset": 0.5})
+# Issue 17's goals (featurize batch, one-row latency, ingest accepted and counted); the train
+# set keeps its earlier target.
+TARGETS = MappingProxyType(
+    {"featurize": 2.0, "latency": 1.2, "ingest_counted": 0.5, "trainset": 0.5}
+)
 
 
 def rate(runs: list[dict[str, float]]) -> float:
@@ -109,7 +113,7 @@ def summarise(b: BatchResult | None, h: HttpResult | None) -> list[Row]:
                 rate(h.ingest),
                 xadd,
                 "rows/s",
-                f"≥ {TARGETS['ingest']:.1f}×",
+                "",
             ),
             Row(
                 "ingest_counted",
@@ -117,7 +121,7 @@ def summarise(b: BatchResult | None, h: HttpResult | None) -> list[Row]:
                 rate(counted(h.ingest)),
                 xadd,
                 "rows/s",
-                "",
+                f"≥ {TARGETS['ingest_counted']:.1f}×",
             ),
             Row(
                 "trainset",
