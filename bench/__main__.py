@@ -15,6 +15,7 @@ BENCHES = (
     "anonymization",
     "reidentification",
     "regime",
+    "scale",
 )
 
 

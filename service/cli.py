@@ -205,7 +205,8 @@ def cmd_privacy_kanon(args: argparse.Namespace) -> None:
     )
 
 
-BENCHES = ("accuracy", "speed", "roll", "selection", "seal")  # roll also measures memory per window
+# roll also measures memory per window
+BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "scale")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:

@@ -26,6 +26,7 @@ from service.db.migrate import upgrade
 from service.ingest import service as ingest_service
 from tests.conftest import Api, app_context, in_process_api, make_cold_key, unique
 from tests.helpers import obs, stream_body
+from workers.runner import run_in_process
 
 pytestmark = pytest.mark.slow  # a three-node Redis Cluster in subprocesses
 
@@ -176,3 +177,28 @@ async def test_ingest_count_roll_featurize_and_trainset_on_a_cluster(
         with redis.Redis(port=port) as node:
             per_node.append(sum(1 for _ in node.scan_iter(match=f"{api.ctx.keys.prefix}:*")))
     assert sum(n > 0 for n in per_node) >= 2, per_node
+
+
+async def test_the_worker_counts_on_a_cluster(cluster_api: Api) -> None:
+    """The worker's cron jobs run on a Redis Cluster: the counting cron counts what was
+    accepted (its unique key's abort key once fell outside the queue's slot, so no cron ran)."""
+    api = cluster_api
+    name = unique("cw")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    batch = [obs("u1", "i1", 20, "1"), obs("u2", "i2", 30, "0")]
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+    )
+    assert r.status_code == 202
+    worker = asyncio.create_task(run_in_process(api.ctx))
+    try:
+        for _ in range(300):
+            if await api.ctx.stores.counting.counted(name, 1):
+                break
+            assert not worker.done(), worker
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the worker's counting cron did not count within 30 s")
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)

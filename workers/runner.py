@@ -63,6 +63,13 @@ LOST_ERROR = "worker lost"
 CRON_KEY = "cron:"
 """SAQ's key prefix of a unique cron job."""
 
+
+def cron_key(queue: str, function: str) -> str:
+    """The key a unique cron job of ``function`` gets on the queue named ``queue``: SAQ's
+    ``cron:<function>`` with the queue's hash tag in it (``RecoveringQueue.enqueue``)."""
+    return f"{CRON_KEY}{queue}:{function}"
+
+
 # KEYS: the job, its worker's info key, active, incomplete, queued.
 # ARGV: the record as read, the new record, 'retry' | 'finish', the finished record's ttl,
 # '1' if the worker's key must still be absent, the new status (published as SAQ does).
@@ -112,6 +119,18 @@ class RecoveringQueue(RedisQueue):
         self._sweep_script: Any = None
         # job id -> (record, first seen): jobs seen ``queued`` in the active list
         self._unclaimed: dict[bytes, tuple[bytes, float]] = {}
+
+    async def enqueue(self, job_or_func: str | Job, **kwargs: Any) -> Job | None:
+        """SAQ's enqueue, with the queue's hash tag put into the key of a unique cron job
+        (SAQ keys it ``cron:<function>``): its abort key, ``saq:abort:<key>``, is one of the
+        enqueue script's keys, and on a Redis Cluster they must all be in the queue's slot
+        (without the tag no cron job ever ran on a cluster: ``EVALSHA - all keys must map to
+        the same key slot``; found by ``bench scale``)."""
+        key = kwargs.get("key")
+        tagged = cron_key(self.name, "")
+        if isinstance(key, str) and key.startswith(CRON_KEY) and not key.startswith(tagged):
+            kwargs["key"] = cron_key(self.name, key[len(CRON_KEY) :])
+        return await super().enqueue(job_or_func, **kwargs)
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         """SAQ's sweep (jobs past their ``timeout`` or ``heartbeat``, records gone), except for a

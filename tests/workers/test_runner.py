@@ -23,7 +23,13 @@ from saq.utils import now
 from service.config import Settings
 from service.db.migrate import upgrade
 from tests.conftest import Backend, unique
-from workers.runner import LOST_ERROR, WORKER_LOST_SECONDS, RecoveringQueue, RecoveringWorker
+from workers.runner import (
+    LOST_ERROR,
+    WORKER_LOST_SECONDS,
+    RecoveringQueue,
+    RecoveringWorker,
+    cron_key,
+)
 
 # SAQ (0.26) finishes and aborts jobs with redis-py's deprecated SETEX
 pytestmark = pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning")
@@ -103,7 +109,7 @@ class _Workers:
 
     def status(self, function: str) -> str | None:
         """The status of the cron job of ``function``."""
-        raw = self.redis.get(f"saq:job:{self.queue}:cron:{function}")
+        raw = self.redis.get(f"saq:job:{self.queue}:{cron_key(self.queue, function)}")
         return json.loads(raw)["status"] if raw else None
 
     def alive(self) -> list[bytes]:
@@ -144,7 +150,7 @@ def test_a_worker_killed_mid_job_has_its_crons_resumed_within_seconds(
         second = workers.start()
         _wait("second worker up", lambda: len(workers.alive()) == 2, workers)
     pubsub = workers.redis.pubsub()
-    pubsub.psubscribe(f"saq:job:{workers.queue}:cron:*")
+    pubsub.psubscribe(f"saq:job:{workers.queue}:{cron_key(workers.queue, '*')}")
     first.send_signal(signal.SIGKILL)
     assert first.wait(timeout=30) == -signal.SIGKILL
     killed = time.monotonic()
@@ -152,7 +158,7 @@ def test_a_worker_killed_mid_job_has_its_crons_resumed_within_seconds(
     active = set(workers.redis.lrange(f"saq:{workers.queue}:active", 0, -1))
     for f in CRONS:
         assert workers.status(f) == "active"
-        assert f"saq:job:{workers.queue}:cron:{f}".encode() in active
+        assert f"saq:job:{workers.queue}:{cron_key(workers.queue, f)}".encode() in active
     if other == "restarted":
         second = workers.start()
     started = time.monotonic()
@@ -229,6 +235,8 @@ async def test_the_job_of_a_dead_worker_is_finished_and_its_key_freed(
 async def test_the_job_of_a_dead_worker_with_retries_left_or_a_cron_is_requeued(
     queue: RecoveringQueue, key: str, retries: int
 ) -> None:
+    if key == "cron:f":
+        key = cron_key(queue.name, "f")  # what the queue makes of SAQ's cron key
     job_id = await _run(queue, key, worker="dead", retries=retries)
     assert await queue.enqueue("f", key=key) is None  # the key is taken
     assert await queue.recover_lost(own="me") == [key]
@@ -239,6 +247,17 @@ async def test_the_job_of_a_dead_worker_with_retries_left_or_a_cron_is_requeued(
     again = await queue.dequeue()
     assert again is not None and again.key == key
     assert await queue.recover_lost(own="me") == []
+
+
+async def test_a_cron_key_carries_the_queue_hash_tag(queue: RecoveringQueue) -> None:
+    """SAQ keys a unique cron job ``cron:<function>``; its abort key must share the queue's
+    Redis Cluster slot, so the queue puts its tag in the key (other keys are left as given)."""
+    job = await queue.enqueue("f", key="cron:f")
+    assert job is not None and job.key == cron_key(queue.name, "f")
+    assert job.abort_id == f"saq:abort:cron:{queue.name}:f"
+    assert await queue.enqueue("f", key="cron:f") is None  # still unique
+    other = await queue.enqueue("g", key="plain")
+    assert other is not None and other.key == "plain"
 
 
 async def test_the_jobs_of_live_workers_and_its_own_are_left_alone(
