@@ -41,6 +41,7 @@ from service.core.sketch import KeyHasher, estimate, estimate_count_min, grouped
 
 SEED = b"bench-accuracy-core"  # the sketches' hash seed (a stream's is random)
 Tables = tuple[list[np.ndarray], np.ndarray]  # every table's cells, and the prior table's
+Rows = slice | np.ndarray  # rows of the arm's arrays: a slice, or their positions
 
 
 class CoreArm:
@@ -109,7 +110,7 @@ class CoreArm:
         return self._increments[key]
 
     def featurize(
-        self, rt: StreamRuntime, agg: Tables, thresholds: list[float], sl: slice, kind: str
+        self, rt: StreamRuntime, agg: Tables, thresholds: list[float], sl: Rows, kind: str
     ) -> tuple[np.ndarray, np.ndarray]:
         """The service's columns for rows ``sl``, and the raw movie_id estimates (n, 2)."""
         tables, prior_counts = agg
@@ -128,9 +129,17 @@ class CoreArm:
                 movie_est = est
             alpha = rt.config.featurize.alpha
             per_table.append(derived_columns(est, prior=prior, alpha=alpha, threshold=thr))
-        return assemble(per_table, [], sl.stop - sl.start), movie_est
+        return assemble(per_table, [], len(self.y[sl])), movie_est
 
-    def exact_movie_counts(self, counted: int, sl: slice) -> np.ndarray:
+    def rows(self, sl: slice) -> Rows:
+        """Where the stream's rows ``sl`` are held (here: every row, in order)."""
+        return sl
+
+    def train_rows(self, hot: slice) -> Rows:
+        """The rows of hot window ``hot`` a model trains on (here: all of them)."""
+        return hot
+
+    def exact_movie_counts(self, counted: int, sl: Rows) -> np.ndarray:
         """Exact count of each row's movie per label over the first ``counted`` ratings."""
         frame = pd.DataFrame({"m": self.movies[:counted], "y": self.labels[:counted]})
         table = frame.groupby(["m", "y"]).size().unstack(fill_value=0).reindex(columns=[0, 1])
@@ -179,7 +188,7 @@ class CoreArm:
                 else 0.0
                 for t in rt.tables
             ]
-            hot, test = slice(cut - w, cut), plan.test(cut)
+            hot, test = self.train_rows(slice(cut - w, cut)), self.rows(plan.test(cut))
             exact = self.exact_movie_counts(counted, test)
             for kind in kinds:
                 inc, prior = self.increments(counted, kind)

@@ -29,7 +29,8 @@ at ×1 on the same figures.
 
 The simulated frame has ``bench.movielens.load``'s columns, so ``bench.accuracy.core_arm`` runs
 on it unchanged (through :class:`ColumnArm`, which encodes columns without building one dict
-per row: 10M rows at ×100)."""
+per row: 10M rows at ×100). The benchmarks draw the same stream as integer codes, chunk by chunk
+(``bench.accuracy.sim_stream``: 100M events at ×1000 do not fit as a frame)."""
 
 from __future__ import annotations
 

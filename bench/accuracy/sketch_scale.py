@@ -17,9 +17,9 @@ import sys
 import time
 
 from bench import movielens
-from bench.accuracy import simulator
+from bench.accuracy import sim_stream, simulator
 from bench.accuracy.plan import Privacy, Sketching, make_plan
-from bench.accuracy.regime import CUTS, SEED, TRAINING
+from bench.accuracy.regime import CUTS, SEED, TRAIN_CAP, TRAINING
 from bench.report import Clock, Table, append_section
 
 
@@ -28,20 +28,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", type=int, default=100)
     p.add_argument("--draws", type=int, default=2)
     p.add_argument("--shares", default="0.01,0.1")
+    p.add_argument("--cuts", default=",".join(map(str, CUTS)), help="some of the regime's cuts")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     shares = [float(s) for s in args.shares.split(",")]
-    if not 1 <= args.scale <= 300 or not 1 <= args.draws <= 10:
-        p.error("--scale must be in [1, 300] and --draws in [1, 10]")
+    cut_shares = tuple(float(c) for c in args.cuts.split(","))
+    if not cut_shares or any(c not in CUTS for c in cut_shares):
+        p.error(f"--cuts must be some of {CUTS}")
+    if not 1 <= args.scale <= 1000 or not 1 <= args.draws <= 10:
+        p.error("--scale must be in [1, 1000] and --draws in [1, 10]")
     if any(s not in (0.01, 0.02, 0.05, 0.1) for s in shares):
         p.error("--shares must be some of 0.01, 0.02, 0.05, 0.1")
     say, t0 = Clock(), time.perf_counter()
     cal = simulator.fit(movielens.load())
-    df = simulator.simulate(cal, args.scale, SEED + args.scale, grow="users")
-    say(f"simulated ×{args.scale}: {len(df):,} events")
-    arm = simulator.ColumnArm(df, Sketching(), TRAINING)
-    cuts = make_plan(len(df), CUTS)
-    del df
+    cuts = make_plan(len(cal.users) * args.scale, cut_shares)
+    arm = sim_stream.StreamArm(
+        cal, args.scale, SEED + args.scale, cuts, shares, Sketching(), TRAINING,
+        grow="users", kinds=("median", "min"), train_cap=TRAIN_CAP, say=say,
+    )  # fmt: skip
+    say(f"simulated ×{args.scale}: {cuts.n:,} events")
     rows = []
     for share in shares:
         med: list[float] = []
@@ -79,7 +84,17 @@ def main(argv: list[str] | None = None) -> None:
         [
             ["stream", f"simulator ×{args.scale} more users ({100_000 * args.scale:,} events)"],
             ["tables", "laplace ε = 1 per window, sketch 16384 × 3, 7 tables and the prior"],
-            ["pairing", "both estimators read the same noisy tables (one draw), cuts 50/70/90 %"],
+            [
+                "pairing",
+                "both estimators read the same noisy tables (one draw), cuts "
+                + "/".join(f"{100 * c:.0f}" for c in cut_shares)
+                + " %",
+            ],
+            [
+                "stream in chunks",
+                "bench/accuracy/sim_stream.py (the whole-frame simulator's "
+                f"events and tables); a hot window above {TRAIN_CAP:,} rows trains on every s-th",
+            ],
             ["runtime", f"{minutes:.1f} min"],
         ],
     )
@@ -88,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
          "(min − median) ÷ median, mean ± s.e.", "median lower in",
          "movie-count error, mean: median / min", "RMS: median / min"],
         rows,
-        f"Count-median vs count-min, {args.draws} draws × {len(CUTS)} cuts",
+        f"Count-median vs count-min, {args.draws} draws × {len(cut_shares)} cuts",
     )  # fmt: skip
     append_section(
         f"Count-median vs count-min at ×{args.scale} (simulator)",
