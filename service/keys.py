@@ -17,10 +17,6 @@ class Keys:
     def served(self, s: str) -> str:
         return f"{self.prefix}:{{{s}}}:served"
 
-    def served_channel(self) -> str:
-        """The channel every move of a ``served`` pointer is published on (not a key)."""
-        return f"{self.prefix}:served-moves"
-
     def agg(self, s: str, epoch: int) -> str:
         return f"{self.prefix}:{{{s}}}:agg:{epoch}"
 

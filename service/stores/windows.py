@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
@@ -114,13 +113,9 @@ class WindowStore:
 
     async def clear_pointers(self, s: str) -> None:
         await self.r.delete(self.k.epoch(s), self.k.served(s))
-        await self.r.publish(self.k.served_channel(), orjson.dumps([s, None]))
 
     async def set_served(self, s: str, epoch: int) -> None:
-        """Move the pointer, then tell the API processes that cache it
-        (``service.features.pointer``)."""
         await self.r.set(self.k.served(s), epoch)
-        await self.r.publish(self.k.served_channel(), orjson.dumps([s, epoch]))
 
     # -- aggregate ----------------------------------------------------------------------
     async def read_agg(self, s: str, epoch: int) -> Aggregate | None:
