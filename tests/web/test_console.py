@@ -218,6 +218,9 @@ def test_streams_page_shows_windows_tables_models_quality_and_the_ledger(
 ) -> None:
     from playwright.sync_api import expect
 
+    # read before the page loads: the seal job (every second) may seal a window meanwhile, and
+    # the page must show at least what was sealed then
+    windows = httpx.get(f"{site.base}/v1/streams/{STREAM}/windows", headers=site.h("admin")).json()
     page = chromium.page()
     chromium.sign_in(page, "/ui/console/streams", "admin")
     expect(page.locator("#whoami")).to_contain_text("role admin")
@@ -225,7 +228,6 @@ def test_streams_page_shows_windows_tables_models_quality_and_the_ledger(
     expect(page.locator("#streamlist button")).to_have_text([STREAM])
     expect(page.locator("#stream-title")).to_have_text(f"Stream {STREAM}")
 
-    windows = httpx.get(f"{site.base}/v1/streams/{STREAM}/windows", headers=site.h("admin")).json()
     states = {w["epoch"]: w["state"] for w in windows["windows"]}
     assert {"open", "hot", "counted"} <= set(states.values()), states
     timeline = page.locator("#timeline .win")
