@@ -40,6 +40,10 @@ class Keys:
         """The counted hot rows by column (``service.core.hotrows.to_ipc``), a list."""
         return f"{self.prefix}:{{{s}:{w}}}:cols"
 
+    def stage(self, s: str, w: int, token: str, table_id: int) -> str:
+        """A count table's new cells written by one counting run before its compare-and-set."""
+        return f"{self.prefix}:{{{s}:{w}}}:stage:{token}:{table_id}"
+
     def users(self, s: str, w: int) -> str:
         """Per-user observation counters of a window (keyed hashes of user ids, never raw)."""
         return f"{self.prefix}:{{{s}:{w}}}:users"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
 import time
 
 import numpy as np
@@ -41,6 +42,9 @@ COUNT_CHUNK = 20_000  # hot entries counted per compare-and-set
 # whole (two bulk strings) instead of incremented op by op (BITFIELD costs Redis ~1 µs an op;
 # a whole table ~1 ns a cell).
 DENSE_RATIO = 64
+# At most this many increments are applied inside count.lua per run (~1-2 µs each there, and
+# Redis serves nobody else meanwhile); beyond it the largest tables are staged whole instead.
+SCRIPT_OPS_MAX = 10_000
 COUNT_SECONDS_MAX = 30.0  # one counting call stops catching up after this long
 
 
@@ -106,12 +110,24 @@ async def count_window(
             counted.encoded,
             counted.labels,
         )
-        # Tables with many increments are written whole (the prior table never is).
+        # Tables with many increments are written whole (the prior table never is), and so
+        # are the largest others while the rest would hold Redis too long in count.lua.
         dense = [i for i in range(len(tables)) if inc.size(i) * DENSE_RATIO > rt.spec.cells]
+        by_size = sorted(
+            (i for i in range(len(tables)) if i not in dense), key=inc.size, reverse=True
+        )
+        ops = sum(inc.size(i) for i in by_size)
+        for i in by_size:
+            if ops <= SCRIPT_OPS_MAX:
+                break
+            dense.append(i)
+            ops -= inc.size(i)
         values: dict[int, bytes] = {}
+        token = secrets.token_hex(8)
+        staged_ids = [table_ids[i] for i in dense]
         if dense:
             current, whole = await store.read_tables(
-                stream=rt.name, window=window, table_ids=[table_ids[i] for i in dense]
+                stream=rt.name, window=window, table_ids=staged_ids
             )
             if current != expected:  # another counter moved on: start again from there
                 expected = current
@@ -122,7 +138,13 @@ async def count_window(
                     f"window {window} of stream {rt.name!r} has no tables to count into"
                 )
             added = await asyncio.to_thread(_added, inc, dense, present)
-            values = dict(zip(dense, added, strict=True))
+            await store.stage(
+                stream=rt.name,
+                window=window,
+                token=token,
+                tables=dict(zip(staged_ids, added, strict=True)),
+            )
+            values = dict.fromkeys(dense, b"")
         sparse = [i for i in range(inc.n_tables) if i not in values]
         values.update(zip(sparse, inc.packed(sparse), strict=True))
         status, current_ = await store.count(
@@ -131,12 +153,17 @@ async def count_window(
             expected=expected,
             checkpoint=checkpoint,
             table_ids=table_ids,
-            whole=[i in dense for i in range(inc.n_tables)],
+            staged=[i in dense for i in range(inc.n_tables)],
             values=[values[i] for i in range(inc.n_tables)],
+            token=token,
             users=users,
             users_ttl=users_ttl,
             columns=blob,
         )
+        if status != "ok":
+            await store.unstage(stream=rt.name, window=window, token=token, table_ids=staged_ids)
+        if status == "missing" and b":stage:" in (current_ or b""):
+            continue  # a staging key expired before the call: count the run again
         if status == "missing":
             raise Unavailable(f"window {window} of stream {rt.name!r} has no tables to count into")
         if status == "ok":

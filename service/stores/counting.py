@@ -1,6 +1,10 @@
-"""Redis side of counting: a window's counting checkpoint, its tables read with it
-(count_read.lua), per-user counters, and the compare-and-set that applies a run's increments
-with the move of the checkpoint (count.lua)."""
+"""Redis side of counting: a window's counting checkpoint, its tables read after it, new cells
+staged under a run's own keys, per-user counters, and the compare-and-set that applies a run's
+increments with the move of the checkpoint (count.lua).
+
+Big values never pass through a script: Redis runs one script at a time and serves nobody else
+meanwhile, so tables are read and staged by plain GET and SET (which Redis interleaves with
+other clients) and only moved into place, by RENAME, inside the compare-and-set."""
 
 from __future__ import annotations
 
@@ -12,13 +16,14 @@ from redis.asyncio import Redis
 from service.keys import Keys
 from service.lua import source, status_of
 
+STAGE_TTL_SECONDS = 600  # a staging key a crashed counter left behind goes after this
+
 
 class CountingStore:
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self.r = redis
         self.k = keys
         self._count = redis.register_script(source("count"))
-        self._read = redis.register_script(source("count_read"))
 
     async def counted(self, s: str, w: int) -> bytes:
         """The window's counting checkpoint: the id of the last hot entry counted (b'' when
@@ -29,12 +34,39 @@ class CountingStore:
     async def read_tables(
         self, *, stream: str, window: int, table_ids: Sequence[int]
     ) -> tuple[bytes, list[bytes | None]]:
-        """The window's counting checkpoint and these tables as stored (None: missing), read
-        together by one script: the tables are what counting up to that checkpoint left."""
-        keys = [self.k.meta(stream, window)]
-        keys += [self.k.table(stream, window, t) for t in table_ids]
-        checkpoint, *tables = await self._read(keys=keys)
-        return bytes(checkpoint), [bytes(t) if t is not None else None for t in tables]
+        """The window's counting checkpoint, then these tables as stored (None: missing). Not
+        atomic, and need not be: a count that moves the checkpoint further may land between
+        the reads, but then the tables read are newer than the checkpoint, and the
+        compare-and-set of a count built on them (expecting that checkpoint) fails as stale.
+        What a count that succeeds built on is exactly what counting up to the checkpoint
+        left."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hget(self.k.meta(stream, window), "counted")
+        for t in table_ids:
+            pipe.get(self.k.table(stream, window, t))
+        checkpoint, *tables = await pipe.execute()
+        return (
+            bytes(checkpoint) if checkpoint is not None else b"",
+            [bytes(t) if t is not None else None for t in tables],
+        )
+
+    async def stage(
+        self, *, stream: str, window: int, token: str, tables: dict[int, bytes]
+    ) -> None:
+        """Write tables' new cells to this run's staging keys (``Keys.stage``), for count.lua
+        to move into place if its compare-and-set succeeds."""
+        pipe = self.r.pipeline(transaction=False)
+        for t, value in tables.items():
+            pipe.set(self.k.stage(stream, window, token, t), value, ex=STAGE_TTL_SECONDS)
+        await pipe.execute()
+
+    async def unstage(self, *, stream: str, window: int, token: str, table_ids: list[int]) -> None:
+        """Delete a run's staging keys that a failed compare-and-set left."""
+        if table_ids:
+            pipe = self.r.pipeline(transaction=False)
+            for t in table_ids:
+                pipe.delete(self.k.stage(stream, window, token, t))
+            await pipe.execute()
 
     async def seen(self, s: str, w: int, users: Sequence[str]) -> list[int]:
         """Each user's observations seen so far in the window (0 for a new user)."""
@@ -51,30 +83,37 @@ class CountingStore:
         expected: bytes,
         checkpoint: bytes,
         table_ids: list[int],
-        whole: list[bool],
+        staged: list[bool],
         values: list[bytes],
+        token: str,
         users: bytes,
         users_ttl: int,
         columns: bytes,
     ) -> tuple[str, bytes | None]:
         """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
         atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
-        current checkpoint)`` or ``('missing', table key)``. ``values[i]``: table
-        ``table_ids[i]``'s new cells when ``whole[i]``, else its increments
-        (``service.core.counting.pack_ops``); the prior table's last. ``users``:
-        ``b'hash seen ...'``; ``columns``: the run's rows by column, appended to the
+        current checkpoint)`` or ``('missing', key)`` (a table: the window is gone; a staging
+        key: it expired). ``staged[i]``: table ``table_ids[i]``'s new cells are in its staging
+        key of ``token`` (``stage``), else ``values[i]`` is its increments
+        (``service.core.counting.pack_ops``); the prior table's last (never staged).
+        ``users``: ``b'hash seen ...'``; ``columns``: the run's rows by column, appended to the
         window's ``cols`` list."""
         keys = [self.k.meta(stream, window), self.k.users(stream, window)]
         keys.append(self.k.cols(stream, window))
         keys += [self.k.table(stream, window, t) for t in table_ids]
         keys.append(self.k.prior(stream, window))
-        modes = "".join("s" if w else "i" for w in whole)
+        keys += [
+            self.k.stage(stream, window, token, t)
+            for t, s in zip(table_ids, staged, strict=False)
+            if s
+        ]
+        modes = "".join("s" if s else "i" for s in staged)
         args: list[bytes | int | str] = [
             expected,
             checkpoint,
             len(values),
             modes,
-            *values,
+            *(b"" if s else v for s, v in zip(staged, values, strict=True)),
             users_ttl,
             users,
             columns,

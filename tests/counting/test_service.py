@@ -16,7 +16,7 @@ from service.core.sketch import aggregate_increments, hash_keys
 from service.counting import service as counting
 from service.ingest.schemas import IngestIn
 from service.lifecycle import roll as lifecycle_roll
-from service.stores.counting import CountingStore
+from service.stores.counting import STAGE_TTL_SECONDS, CountingStore
 from service.streams import service as streams
 from tests.conftest import Api, unique
 from tests.helpers import (
@@ -74,10 +74,13 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
     assert await api.ctx.stores.windows.hot_length(name, 2) == 3
 
 
-async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
+async def test_lua_applies_exactly_the_batch_increments(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The script turns the packed ops into BITFIELD calls (over 1000 ops per table here, so in
     several calls): the window's cells are the reference increments (no noise: zeros + ops)."""
     name = await new_stream(api, "cnt")
+    monkeypatch.setattr(counting, "SCRIPT_OPS_MAX", 10**9)  # every op through the script
     observations = [obs(f"user{i}", f"item{i % 97}", 20 + i % 50, str(i % 2)) for i in range(900)]
     r = await api.post(
         f"/v1/streams/{name}/observations", role="producer", json={"observations": observations}
@@ -103,15 +106,22 @@ async def test_lua_applies_exactly_the_batch_increments(api: Api) -> None:
     assert prior_of(cells["_prior"]).tolist() == [450, 450]
 
 
-@pytest.mark.parametrize("dense_ratio", [0, 10**9], ids=["bitfield", "whole-tables"])
+@pytest.mark.parametrize(
+    ("dense_ratio", "ops_max"),
+    [(0, 10**9), (10**9, 10**9), (0, 40)],
+    ids=["bitfield", "whole-tables", "capped-script"],
+)
 async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
-    api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int
+    api: Api, monkeypatch: pytest.MonkeyPatch, dense_ratio: int, ops_max: int
 ) -> None:
     """Counting runs from a checkpoint by compare-and-set: two counters racing over the same
     window, and a counter that dies after some chunks, still count every row exactly once,
-    whether tables are incremented op by op or read, added to and written whole."""
+    whether tables are incremented op by op, read, added to and staged whole, or a mix (the
+    script's ops capped); a failed compare-and-set leaves no staging key, and the dead
+    counter's expire."""
     name = await new_stream(api, "cnt")
     monkeypatch.setattr(counting, "DENSE_RATIO", dense_ratio)
+    monkeypatch.setattr(counting, "SCRIPT_OPS_MAX", ops_max)
     monkeypatch.setattr(counting, "COUNT_CHUNK", 37)  # many chunks, many CAS rounds
     batches = [
         [
@@ -161,6 +171,50 @@ async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
         want[idx] = deltas
         assert np.array_equal(prior_of(cells[t.name]), want), t.name
     assert await counting.count_window(ctx=api.ctx, rt=rt, window=1) == 0
+    left = [k async for k in api.ctx.redis.scan_iter(match=f"*{{{name}:1}}:stage:*")]
+    staged = dense_ratio > 0 or ops_max < 10**9
+    assert len({k.rsplit(b":", 2)[1] for k in left}) == (1 if staged else 0)  # the dead run's
+    for k in left:
+        assert 0 < await api.ctx.redis.ttl(k) <= STAGE_TTL_SECONDS
+
+
+async def test_a_staging_key_lost_before_the_compare_and_set_recounts_the_run(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staging key that is gone when count.lua runs (expired: a counter stalled past its
+    TTL) fails the whole run before any write, and the counter counts the run again: nothing
+    is half-applied, lost or counted twice."""
+    name = await new_stream(api, "cnt")
+    monkeypatch.setattr(counting, "DENSE_RATIO", 10**9)  # every table staged
+    batch = [obs(f"user{i % 7}", f"item{i % 11}", 30, str(i % 2)) for i in range(50)]
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": batch}
+    )
+    assert r.status_code == 202, r.text
+    rt = await streams.runtime(ctx=api.ctx, name=name)
+    real = CountingStore.stage
+    lost = 0
+
+    async def loses_the_first(self, **kw):  # type: ignore[no-untyped-def]
+        nonlocal lost
+        await real(self, **kw)
+        if not lost:
+            lost += 1
+            first = next(iter(kw["tables"]))
+            await api.ctx.redis.delete(api.ctx.keys.stage(name, 1, kw["token"], first))
+
+    monkeypatch.setattr(CountingStore, "stage", loses_the_first)
+    assert await counting.count_window(ctx=api.ctx, rt=rt, window=1) == 50
+    assert lost == 1
+    cells = await window_cells(api.ctx, name, 1)
+    assert prior_of(cells["_prior"]).tolist() == [25, 25]
+    _, ops, _ = batch_ops(rt, IngestIn.model_validate({"observations": batch}))
+    for t, packed in zip(rt.tables, ops, strict=False):
+        idx, deltas = counting_math.unpack_ops(packed)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    assert not [k async for k in api.ctx.redis.scan_iter(match=f"*{{{name}:1}}:stage:*")]
 
 
 async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) -> None:
