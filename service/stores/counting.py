@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from service.keys import Keys
 from service.lua import source, status_of
+from service.stores.windows import mget_stepwise
 
 STAGE_TTL_SECONDS = 600  # a staging key a crashed counter left behind goes after this
 
@@ -34,19 +35,17 @@ class CountingStore:
     async def read_tables(
         self, *, stream: str, window: int, table_ids: Sequence[int]
     ) -> tuple[bytes, list[bytes | None]]:
-        """The window's counting checkpoint, then these tables as stored (None: missing). Not
-        atomic, and need not be: a count that moves the checkpoint further may land between
+        """The window's counting checkpoint, then these tables as stored (None: missing), a few
+        at a time (``mget_stepwise``: Redis serves others in between). Not atomic, and need
+        not be: a count that moves the checkpoint further may land between
         the reads, but then the tables read are newer than the checkpoint, and the
         compare-and-set of a count built on them (expecting that checkpoint) fails as stale.
         What a count that succeeds built on is exactly what counting up to the checkpoint
         left."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.hget(self.k.meta(stream, window), "counted")
-        for t in table_ids:
-            pipe.get(self.k.table(stream, window, t))
-        checkpoint, *tables = await pipe.execute()
+        checkpoint = await self.r.hget(self.k.meta(stream, window), "counted")
+        tables = await mget_stepwise(self.r, [self.k.table(stream, window, t) for t in table_ids])
         return (
-            bytes(checkpoint) if checkpoint is not None else b"",
+            bytes(cast(bytes, checkpoint)) if checkpoint is not None else b"",
             [bytes(t) if t is not None else None for t in tables],
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -20,6 +21,18 @@ from service.lua import source
 
 log = logging.getLogger("selectivity.windows")
 
+STAGE_TTL_SECONDS = 600  # staging keys a crash left behind go after this
+MGET_STEP = 8  # tables per MGET: ~2.6 MB at 16384 x 5 cells, ~1 ms of Redis time
+
+
+async def mget_stepwise(r: Redis, keys: Sequence[str]) -> list[bytes | None]:
+    """MGET of ``keys`` in steps of ``MGET_STEP``, each awaited before the next is sent (a
+    pipeline would be executed by Redis in one go, serving nobody else meanwhile)."""
+    out: list[bytes | None] = []
+    for i in range(0, len(keys), MGET_STEP):
+        out += cast(list[bytes | None], await r.mget(keys[i : i + MGET_STEP]))
+    return out
+
 
 # Entries read by one XRANGE of hot_chunk: Redis serves other clients between the steps, each
 # ~0.3 ms of Redis time. (A Lua script that joined the rows in Redis held every other client
@@ -33,6 +46,7 @@ class WindowStore:
         self.r = redis
         self.k = keys
         self._prepare = redis.register_script(source("prepare"))
+        self._move = redis.register_script(source("move"))
 
     # -- window tables ---------------------------------------------------------------
     async def state(self, s: str, w: int) -> str | None:
@@ -48,16 +62,21 @@ class WindowStore:
         *,
         state: str,
     ) -> bool:
-        """Write noise-initialised tables unless the window already opened; atomic."""
-        keys = [self.k.meta(s, w)]
-        args: list[bytes | str] = []
-        for tid, cells in tables.items():
-            keys.append(self.k.table(s, w, tid))
-            args.append(cell_codec.encode(cells))
-        keys.append(self.k.prior(s, w))
-        args.append(cell_codec.encode(prior))
-        args.append(state)
-        return bool(await self._prepare(keys=keys, args=args))
+        """Write noise-initialised tables unless the window already opened; atomic. The
+        tables are staged by plain SETs (Redis serves others in between) and moved into
+        place by ``prepare.lua`` with RENAME, so no script holds Redis for their bytes."""
+        token = secrets.token_hex(8)
+        values = {self.k.table(s, w, tid): cells for tid, cells in tables.items()}
+        values[self.k.prior(s, w)] = prior
+        stages = [f"{key}:stage:{token}" for key in values]
+        try:
+            for stage, cells in zip(stages, values.values(), strict=True):
+                await self.r.set(stage, cell_codec.encode(cells), ex=STAGE_TTL_SECONDS)
+            keys = [self.k.meta(s, w), *values, *stages]
+            return bool(await self._prepare(keys=keys, args=[state, len(values)]))
+        except BaseException:
+            await asyncio.shield(self.r.delete(*stages))
+            raise
 
     async def set_state(self, s: str, w: int, state: str) -> None:
         await self.r.hset(self.k.meta(s, w), "state", state)
@@ -66,11 +85,14 @@ class WindowStore:
         self, s: str, w: int, table_ids: Sequence[int], *, cells: int
     ) -> np.ndarray | None:
         """A window's tables (in ``table_ids`` order) and its prior table as one flat int64
-        array, in one MGET; None if the window has no tables (never existed or deleted). A
+        array; None if the window has no tables (never existed or deleted). A
         table missing in a window that has others reads as zeros (it did not exist yet); a
         table has ``cells`` cells."""
         keys = [self.k.table(s, w, t) for t in table_ids] + [self.k.prior(s, w)]
-        raw = cast(list[bytes | None], await self.r.mget(keys))
+        # Several MGETs, one after the other, so Redis serves others in between. A deletion
+        # removes every table and the prior in one DEL, and the prior is read last: if it is
+        # there, every piece before it was read before any deletion.
+        raw = await mget_stepwise(self.r, keys)
         if raw[-1] is None:
             return None
         zeros = cell_codec.zeros(cells)
@@ -88,10 +110,12 @@ class WindowStore:
         return tables, flat[len(table_ids) * n :]
 
     async def delete_tables(self, s: str, w: int, table_ids: Sequence[int]) -> None:
-        await self.r.delete(*[self.k.table(s, w, t) for t in table_ids], self.k.prior(s, w))
+        # UNLINK: gone from the keyspace at once, freed by Redis's background thread (a DEL of
+        # big values frees them in the thread that serves every client)
+        await self.r.unlink(*[self.k.table(s, w, t) for t in table_ids], self.k.prior(s, w))
 
     async def delete_hot(self, s: str, w: int) -> None:
-        await self.r.delete(self.k.hot(s, w), self.k.cols(s, w), self.k.users(s, w))
+        await self.r.unlink(self.k.hot(s, w), self.k.cols(s, w), self.k.users(s, w))
 
     async def delete_meta(self, s: str, w: int) -> None:
         await self.r.delete(self.k.meta(s, w))
@@ -119,8 +143,23 @@ class WindowStore:
 
     # -- aggregate ----------------------------------------------------------------------
     async def read_agg(self, s: str, epoch: int) -> Aggregate | None:
-        data = await self.r.hgetall(self.k.agg(s, epoch))
-        return Aggregate.from_redis(cast(dict[bytes, bytes], data)) if data else None
+        """The stored aggregate of ``epoch``, or None. Its metadata first, then its pieces
+        one command each (Redis serves others in between); a piece gone meanwhile (the
+        aggregate was rewritten: ``write_agg`` replaces the whole hash at once) starts the
+        read again, so pieces of two versions are never mixed."""
+        key = self.k.agg(s, epoch)
+        while True:
+            meta = cast(bytes | None, await self.r.hget(key, "meta"))
+            if meta is None:
+                return None
+            data = {b"meta": meta}
+            for field in Aggregate.chunks_of(meta):
+                piece = cast(bytes | None, await self.r.hget(key, field))
+                if piece is None:
+                    break
+                data[field.encode()] = piece
+            else:
+                return Aggregate.from_redis(data)
 
     async def agg_span(self, s: str, epoch: int) -> tuple[int, int] | None:
         """The stored aggregate's count period ``(lo, hi)``, or None: its metadata only."""
@@ -128,16 +167,25 @@ class WindowStore:
         return Aggregate.span_of(cast(bytes, meta)) if meta is not None else None
 
     async def write_agg(self, s: str, agg: Aggregate) -> None:
+        """Store (or replace) the aggregate of its epoch: its pieces are written to a staging
+        key one command each, then moved into place by RENAME, O(1) (no command moves the
+        whole aggregate, and readers see the old version or the new one whole)."""
+        token = secrets.token_hex(8)
         key = self.k.agg(s, agg.epoch)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.delete(key)
-        pipe.hset(key, mapping=agg.to_redis())  # type: ignore[arg-type]
-        await pipe.execute()
+        stage = f"{key}:stage:{token}"
+        try:
+            for field, value in agg.to_redis(token).items():
+                await self.r.hset(stage, field, value)
+                await self.r.expire(stage, STAGE_TTL_SECONDS)
+            await self._move(keys=[stage, key])
+        except BaseException:
+            await asyncio.shield(self.r.delete(stage))
+            raise
 
     async def delete_aggs_before(self, s: str, epoch: int, *, oldest: int) -> None:
         keys = [self.k.agg(s, e) for e in range(max(oldest, 1), epoch)]
         if keys:
-            await self.r.delete(*keys)
+            await self.r.unlink(*keys)
 
     # -- hot stream ---------------------------------------------------------------------
     async def hot_last_id(self, s: str, w: int) -> bytes | None:
@@ -157,7 +205,10 @@ class WindowStore:
         total, last = 0, b""
         while total < count:
             step = min(HOT_STEP, count - total)
-            entries = await self.r.xrange(key, min=start, max=end, count=step)
+            entries = cast(
+                list[tuple[bytes, dict[bytes, bytes]]],
+                await self.r.xrange(key, min=start, max=end, count=step),
+            )
             if not entries:
                 break
             try:

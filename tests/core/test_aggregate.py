@@ -29,3 +29,22 @@ def test_aligned_fills_new_tables_with_zeros_and_keeps_the_prior() -> None:
     np.testing.assert_array_equal(grown, [1, 2, 0, 0, 3, 4, 9, 8])
     empty = Aggregate(1, -1, 0, [], [], np.zeros(2, np.int64))
     np.testing.assert_array_equal(empty.aligned([(1, 2)], 2), [0, 0, 0, 0])
+
+
+def test_stored_in_pieces_and_read_back_whole(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Cells are stored in pieces of at most CHUNK_BYTES named by the version's token; an
+    aggregate stored whole before that (one ``cells`` field) still reads."""
+    from service.core import aggregate as aggregate_mod
+    from service.core import cells as cell_codec
+
+    monkeypatch.setattr(aggregate_mod, "CHUNK_BYTES", 12)
+    cells = np.arange(-5, 9, dtype=np.int64)
+    agg = Aggregate(2, 1, 1, [1], [(4, 12)], cells)
+    stored = agg.to_redis("abc")
+    assert sorted(stored) == ["c:abc:0", "c:abc:1", "c:abc:2", "c:abc:3", "c:abc:4", "meta"]
+    assert all(len(v) <= 12 for k, v in stored.items() if k != "meta")
+    back = Aggregate.from_redis({k.encode(): v for k, v in stored.items()})
+    np.testing.assert_array_equal(back.cells, cells)
+    old_meta = b'{"epoch":2,"lo":1,"hi":1,"windows":[1],"tables":[[4,12]]}'
+    old = Aggregate.from_redis({b"meta": old_meta, b"cells": cell_codec.encode(cells)})
+    np.testing.assert_array_equal(old.cells, cells)
