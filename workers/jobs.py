@@ -52,8 +52,17 @@ async def windows_tick(ctx: dict[str, Any]) -> dict[str, int]:
 
 @counted
 async def ingest_count(ctx: dict[str, Any]) -> dict[str, int]:
-    """Count hot entries accepted since the last run into their window's tables."""
-    return await counting.count_all(ctx["app"])
+    """Enqueue one counting job per stream (``count_stream``), skipping streams whose job is
+    queued or running: streams are counted in parallel, across the worker's slots and across
+    workers."""
+    return await counting.enqueue_all(ctx["app"])
+
+
+@counted
+async def count_stream(ctx: dict[str, Any], *, stream: str) -> int:
+    """Count one stream's hot entries accepted since the last run into their window's
+    tables."""
+    return await counting.count_stream(ctx["app"], stream)
 
 
 @counted
@@ -110,6 +119,7 @@ async def reidentification_run(ctx: dict[str, Any], *, id: str) -> dict:  # noqa
 FUNCTIONS = [
     windows_tick,
     ingest_count,
+    count_stream,
     coldstore_seal,
     unlock_expire_grants,
     queues_release,

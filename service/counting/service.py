@@ -183,19 +183,47 @@ async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
     return total
 
 
+COUNT_JOB_TIMEOUT = 600  # one stream's counting job: catching up is bounded by COUNT_SECONDS_MAX
+
+
+async def count_stream(ctx: AppContext, name: str) -> int:
+    """Count stream ``name``'s hot entries accepted since the last run into their window's
+    tables (the worker's ``count_stream`` job); the number of entries counted."""
+    epoch = await ctx.stores.windows.epoch(name)
+    if epoch is None:
+        return 0
+    rt = await streams.runtime(ctx=ctx, name=name)
+    return await count_hot(ctx=ctx, rt=rt, epoch=epoch)
+
+
+async def enqueue_all(ctx: AppContext) -> dict[str, int]:
+    """The counting cron: one ``count_stream`` job per stream, keyed by the stream (a stream
+    whose job is queued or running is skipped), so that the worker's slots and every worker
+    of the deployment count different streams in parallel, while one stream is never counted
+    by two jobs at once (which would only race on its checkpoints)."""
+    async with ctx.sessionmaker() as session:
+        names = [s.name for s in await repository.list_streams(session)]
+    enqueued = 0
+    for name in names:
+        enqueued += await ctx.jobs.enqueue(
+            "count_stream",
+            key=f"count:{name}",
+            timeout=COUNT_JOB_TIMEOUT,
+            retries=0,  # the next tick enqueues it again
+            stream=name,
+        )
+    return {"streams": len(names), "enqueued": enqueued}
+
+
 async def count_all(ctx: AppContext) -> dict[str, int]:
-    """The counting job: for every stream, count the hot entries accepted since the last run
-    into their window's tables (one stream's failure does not stop the others)."""
+    """Every stream counted here, one after the other (one stream's failure does not stop
+    the others): what the worker's jobs do, inline, for tests and tools."""
     async with ctx.sessionmaker() as session:
         names = [s.name for s in await repository.list_streams(session)]
     counted = 0
     for name in names:
         try:
-            epoch = await ctx.stores.windows.epoch(name)
-            if epoch is None:
-                continue
-            rt = await streams.runtime(ctx=ctx, name=name)
-            counted += await count_hot(ctx=ctx, rt=rt, epoch=epoch)
+            counted += await count_stream(ctx, name)
         except Exception as exc:
             log.error("counting failed for stream %s: %s", name, type(exc).__name__)
     return {"streams": len(names), "counted": counted}

@@ -232,3 +232,48 @@ async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) 
     assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
     raw = await api.ctx.redis.get(api.ctx.keys.prior(name, 1))
     assert prior_of(raw).tolist() == [0, 3]
+
+
+async def test_the_counting_cron_enqueues_one_job_per_stream_and_the_worker_counts_them(
+    api: Api,
+) -> None:
+    """The cron enqueues a ``count_stream`` job per stream, keyed by the stream, so streams
+    are counted in parallel (the worker's slots, several workers) and one stream never by two
+    jobs at once: while a stream's job is queued, the next tick enqueues none for it. The
+    real worker then counts every stream."""
+    from saq.job import Status
+
+    from service.jobs import queue_name
+    from workers import jobs as worker_jobs
+    from workers.runner import run_in_process
+
+    names = [await new_stream(api, "cnt") for _ in range(2)]
+    for name in names:
+        r = await api.post(
+            f"/v1/streams/{name}/observations",
+            role="producer",
+            json={"observations": [obs("u1", "i1", 20, "1"), obs("u2", "i2", 30, "0")]},
+        )
+        assert r.status_code == 202, r.text
+    first = await worker_jobs.ingest_count({"app": api.ctx})
+    assert first["enqueued"] >= 2  # (other tests' streams share the database)
+    queue = api.ctx.jobs.queue
+    for name in names:
+        job = await queue.job(f"{queue_name(api.ctx.keys)}:count:{name}")
+        assert job is not None and job.status == Status.QUEUED
+        assert (job.function, job.kwargs) == ("count_stream", {"stream": name})
+    assert (await worker_jobs.ingest_count({"app": api.ctx}))["enqueued"] == 0
+    worker = asyncio.create_task(run_in_process(api.ctx))
+    try:
+        for _ in range(300):
+            last = [await api.ctx.stores.windows.hot_last_id(n, 1) for n in names]
+            done = [await api.ctx.stores.counting.counted(n, 1) for n in names]
+            if done == last:
+                break
+            assert not worker.done(), worker
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the worker did not count both streams within 30 s")
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
