@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 
-from service import cli_audit, cli_coldstore, cli_plan, demo, resources
+from service import cli_audit, cli_coldstore, cli_http, cli_plan, demo, resources
 from service.admin import service as keys
 from service.admin.service import bootstrap_admin
 from service.app import create_app
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")
     bp.set_defaults(fn=cmd_bench)
     args = p.parse_args(argv)
-    args.fn(args)
+    with cli_http.reported_errors(getattr(args, "url", None)):  # a line, not a traceback
+        args.fn(args)
 
 
 if __name__ == "__main__":

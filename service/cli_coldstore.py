@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.audit import service as audit
+from service.cli_http import checked, http_client
 from service.coldstore.service import KeyExists, init_key
 from service.config import Settings
 from service.db.session import make_engine, make_sessionmaker
@@ -126,28 +127,6 @@ def cmd_audit_verify(args: argparse.Namespace) -> None:
 
 
 # -- unlock over HTTP ---------------------------------------------------------------------
-
-
-def http_client(args: argparse.Namespace) -> Any:
-    """An HTTP client for ``--url`` with ``--key`` (or $SELECTIVITY_API_KEY) as the bearer."""
-    import httpx
-
-    key = args.key or os.environ.get("SELECTIVITY_API_KEY")
-    if not key:
-        sys.exit("error: pass --key or set SELECTIVITY_API_KEY")
-    return httpx.Client(base_url=args.url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
-
-
-def checked(resp: Any) -> Any:
-    """The JSON body of ``resp``, or exit with the service's error and detail."""
-    if resp.status_code >= 400:
-        try:
-            body = resp.json()
-            msg = f"{body.get('error')}: {body.get('detail')}"
-        except ValueError:
-            msg = resp.text[:200]
-        sys.exit(f"error {resp.status_code}: {msg}")
-    return resp.json()
 
 
 def _show(body: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from bench.ingestload import Ingest, ingest_bodies
 from bench.speed.load import log_of
 
 
@@ -47,25 +48,14 @@ def job_ingest(
 ) -> dict[str, float]:
     """Rows ``lo:hi`` of the log into ``stream`` in batches of ``batch``, batch i to API
     process ``(first + i) % N``: rows accepted, start and end (epoch seconds), client CPU."""
-    log = log_of(n, seed)
-    bodies = [
-        orjson.dumps({"observations": log.observations(s, min(s + batch, hi))})
-        for s in range(lo, hi, batch)
-    ]
+    bodies = ingest_bodies(log_of(n, seed), lo, hi, batch)
     conns = _conns(ports)
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    path = f"/v1/streams/{stream}/observations"
+    ingest = Ingest(stream, key)
     rows = 0
     _until(start_at)
     t0, c0 = time.time(), time.process_time()
     for i, body in enumerate(bodies):
-        conn = conns[(first + i) % len(conns)]
-        conn.request("POST", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 202:
-            raise RuntimeError(f"ingest: {resp.status} {data[:300]!r}")
-        rows += orjson.loads(data)["accepted"]
+        rows += ingest.post(conns[(first + i) % len(conns)], body)
     t1, cpu = time.time(), time.process_time() - c0
     for c in conns:
         c.close()

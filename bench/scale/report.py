@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,17 +95,38 @@ def _config_order(key: tuple[str, str, int, int, int]) -> tuple[int, str, int, i
     return (0 if kind == "standalone" else 1), what, streams, n, m
 
 
+def _by_config(
+    groups: dict[tuple[str, str, int, int, int], list[Run]],
+    keys: Sequence[tuple[str, str, int, int, int]],
+    columns: Sequence[str],
+    cells: Callable[[list[Run]], Sequence[object]],
+    *,
+    title: str,
+    streams: bool = True,
+) -> Table:
+    """A row per configuration in ``keys``: Redis, streams (unless ``streams`` is False), API
+    processes, workers, then ``cells`` of that configuration's runs under ``columns``."""
+    lead = (
+        ["Redis", "streams", "API processes", "workers"]
+        if streams
+        else ["Redis", "API processes", "workers"]
+    )
+    rows = [
+        ((kind, s, n, m) if streams else (kind, n, m)) + tuple(cells(groups[(kind, what, s, n, m)]))
+        for kind, what, s, n, m in keys
+    ]
+    return Table([*lead, *columns], rows, title=title)
+
+
 def render(runs: Sequence[Run]) -> list[Table]:
     groups = _groups(runs)
     keys = sorted(groups, key=_config_order)
     ingest = [k for k in keys if k[1] == "ingest"]
     feat = [k for k in keys if k[1] == "featurize"]
-    t_ingest = Table(
+    t_ingest = _by_config(
+        groups,
+        ingest,
         [
-            "Redis",
-            "streams",
-            "API processes",
-            "workers",
             "accepted rows/s",
             "accepted and counted rows/s",
             "× 1 API / 1 worker",
@@ -116,58 +137,33 @@ def render(runs: Sequence[Run]) -> list[Table]:
             "busiest Redis node's share",
             "load average",
         ],
-        [
-            (
-                kind,
-                s,
-                n,
-                m,
-                f"{_med([r.accepted for r in g]):,.0f}",
-                f"{_med([r.rate for r in g]):,.0f}",
-                f"{ratio_to_base(runs, g):.2f}×",
-                f"{_med([r.data['counted_s'] - r.data['accepted_s'] for r in g]):.1f} s",
-                f"{_med([r.cores() for r in g]):.2f}",
-                f"{_med([r.busiest('worker') for r in g]):.2f}",
-                f"{_med([r.cores('redis') for r in g]):.2f}",
-                f"{100 * _med([r.busiest('redis') / r.cores('redis') for r in g]):.0f} %",
-                f"{_med([r.load for r in g]):.1f}",
-            )
-            for kind, _, s, n, m in ingest
-            for g in [groups[(kind, "ingest", s, n, m)]]
-        ],
+        lambda g: (
+            f"{_med([r.accepted for r in g]):,.0f}",
+            f"{_med([r.rate for r in g]):,.0f}",
+            f"{ratio_to_base(runs, g):.2f}×",
+            f"{_med([r.data['counted_s'] - r.data['accepted_s'] for r in g]):.1f} s",
+            f"{_med([r.cores() for r in g]):.2f}",
+            f"{_med([r.busiest('worker') for r in g]):.2f}",
+            f"{_med([r.cores('redis') for r in g]):.2f}",
+            f"{100 * _med([r.busiest('redis') / r.cores('redis') for r in g]):.0f} %",
+            f"{_med([r.load for r in g]):.1f}",
+        ),
         title="Counted ingest: from the first batch until the worker has counted the last",
     )
-    t_cpu = Table(
-        [
-            "Redis",
-            "streams",
-            "API processes",
-            "workers",
-            "API",
-            "worker",
-            "Redis",
-            "load generator",
-            "all",
-        ],
-        [
-            (
-                kind,
-                s,
-                n,
-                m,
-                *(f"{_med([r.per_unit(role) for r in g]):.1f}" for role in ROLES),
-                f"{_med([sum(r.per_unit(x) for x in ROLES) for r in g]):.1f}",
-            )
-            for kind, _, s, n, m in ingest
-            for g in [groups[(kind, "ingest", s, n, m)]]
-        ],
+    t_cpu = _by_config(
+        groups,
+        ingest,
+        ["API", "worker", "Redis", "load generator", "all"],
+        lambda g: (
+            *(f"{_med([r.per_unit(role) for r in g]):.1f}" for role in ROLES),
+            f"{_med([sum(r.per_unit(x) for x in ROLES) for r in g]):.1f}",
+        ),
         title="Counted ingest: CPU µs per row, by role (all processes of the role)",
     )
-    t_feat = Table(
+    t_feat = _by_config(
+        groups,
+        feat,
         [
-            "Redis",
-            "API processes",
-            "workers",
             "requests/s",
             "× 1 API / 1 worker",
             "p50",
@@ -179,26 +175,20 @@ def render(runs: Sequence[Run]) -> list[Table]:
             "busiest API, cores",
             "load average",
         ],
-        [
-            (
-                kind,
-                n,
-                m,
-                f"{_med([r.rate for r in g]):,.0f}",
-                f"{ratio_to_base(runs, g):.2f}×",
-                f"{1e3 * _med([r.data['p50'] for r in g]):.2f} ms",
-                f"{1e3 * _med([r.data['p99'] for r in g]):.1f} ms",
-                f"{_med([r.per_unit('api') for r in g]):.0f}",
-                f"{_med([r.per_unit('redis') for r in g]):.0f}",
-                f"{_med([r.per_unit('client') for r in g]):.0f}",
-                f"{_med([r.cores() for r in g]):.2f}",
-                f"{_med([r.busiest('api') for r in g]):.2f}",
-                f"{_med([r.load for r in g]):.1f}",
-            )
-            for kind, _, _, n, m in feat
-            for g in [groups[(kind, "featurize", 0, n, m)]]
-        ],
+        lambda g: (
+            f"{_med([r.rate for r in g]):,.0f}",
+            f"{ratio_to_base(runs, g):.2f}×",
+            f"{1e3 * _med([r.data['p50'] for r in g]):.2f} ms",
+            f"{1e3 * _med([r.data['p99'] for r in g]):.1f} ms",
+            f"{_med([r.per_unit('api') for r in g]):.0f}",
+            f"{_med([r.per_unit('redis') for r in g]):.0f}",
+            f"{_med([r.per_unit('client') for r in g]):.0f}",
+            f"{_med([r.cores() for r in g]):.2f}",
+            f"{_med([r.busiest('api') for r in g]):.2f}",
+            f"{_med([r.load for r in g]):.1f}",
+        ),
         title="Featurize, one row a request, clients one request at a time each",
+        streams=False,
     )
     plan = []
     for kind in sorted({k[0] for k in keys}, key=lambda k: k != "standalone"):

@@ -4,8 +4,9 @@ an attacker who holds the records and reads a class-level release recovers of th
 
 ``create`` checks the request, stores its spec (and inline records) in Redis and enqueues
 ``reidentification_run`` keyed by the audit's id; ``run`` (the job) builds the records and the
-release, runs ``service.core.pu.audit`` in a worker thread while a throttled writer records its
-progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
+release, runs ``service.core.pu.audit`` in a worker thread (BLAS and OpenMP on
+``Settings.audit_threads`` threads: ``service.audits.threads``) while a throttled writer records
+its progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
 latest finished audit for its privacy ledger. A run that crashed (a lost worker: SAQ runs the
 job again) starts over; a run already done is not redone.
 
@@ -49,6 +50,7 @@ from service.audits.schemas import (
     AuditOut,
 )
 from service.audits.store import AuditStore
+from service.audits.threads import blas_limited, openmp_limited
 from service.context import AppContext
 from service.core import pu
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
@@ -255,26 +257,34 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
 
 
 def _compute(
-    inp: dict[str, Any], spec: dict[str, Any], progress: list[Any], stop: threading.Event
+    inp: dict[str, Any],
+    spec: dict[str, Any],
+    progress: list[Any],
+    stop: threading.Event,
+    threads: int,
 ) -> dict[str, Any]:
+    """The audit, in a worker thread; the job has limited BLAS to ``threads`` threads, and this
+    thread's OpenMP is limited here (``service.audits.threads``)."""
+
     def tick(p: float, stage: str) -> None:
         if stop.is_set():  # a thread cannot be cancelled: it stops at its next progress report
             raise _Stopped
         progress[0], progress[1] = p, stage
 
     release = spec["release"]
-    res = pu.audit(
-        inp["x"],
-        inp["y"],
-        positive=spec["positive_label"],
-        attacks=spec["attacks"],
-        classifier=spec["classifier"],
-        epsilon=release.get("epsilon") if "released" not in inp else inp.get("epsilon"),
-        value_range=inp.get("value_range"),
-        config=CONFIG,
-        progress=tick,
-        released=inp.get("released"),
-    )
+    with openmp_limited(threads):
+        res = pu.audit(
+            inp["x"],
+            inp["y"],
+            positive=spec["positive_label"],
+            attacks=spec["attacks"],
+            classifier=spec["classifier"],
+            epsilon=release.get("epsilon") if "released" not in inp else inp.get("epsilon"),
+            value_range=inp.get("value_range"),
+            config=CONFIG,
+            progress=tick,
+            released=inp.get("released"),
+        )
     results = {
         k: {f: v[f] for f in ("accuracy", "seconds", "positive_share") if f in v}
         for k, v in res["results"].items()
@@ -325,26 +335,30 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
             inp = await _stream_input(ctx, spec)
         progress: list[Any] = [0.0, "starting"]
         stop = threading.Event()
-        work = asyncio.ensure_future(asyncio.to_thread(_compute, inp, spec, progress, stop))
-        written: list[Any] = [0.0, ""]
-        deadline = time.monotonic() + COMPUTE_SECONDS
-        try:
-            while not work.done():
-                await asyncio.wait([work], timeout=PROGRESS_SECONDS)
-                if time.monotonic() > deadline and not work.done():
-                    stop.set()
-                    work.add_done_callback(_retrieve)
-                    return await fail(
-                        f"the audit ran longer than {COMPUTE_SECONDS} s; audit fewer records, "
-                        "the linear classifier, or fewer attacks"
-                    )
-                if progress != written and not work.done():
-                    written = list(progress)
-                    await store.set_progress(a, float(written[0]), str(written[1]))
-        except asyncio.CancelledError:  # the worker stops: the job is requeued and starts over
-            stop.set()
-            work.add_done_callback(_retrieve)
-            raise
+        threads = ctx.settings.audit_threads
+        with blas_limited(threads):  # the process's limit: set from this thread (threads.py)
+            work = asyncio.ensure_future(
+                asyncio.to_thread(_compute, inp, spec, progress, stop, threads)
+            )
+            written: list[Any] = [0.0, ""]
+            deadline = time.monotonic() + COMPUTE_SECONDS
+            try:
+                while not work.done():
+                    await asyncio.wait([work], timeout=PROGRESS_SECONDS)
+                    if time.monotonic() > deadline and not work.done():
+                        stop.set()
+                        work.add_done_callback(_retrieve)
+                        return await fail(
+                            f"the audit ran longer than {COMPUTE_SECONDS} s; audit fewer records, "
+                            "the linear classifier, or fewer attacks"
+                        )
+                    if progress != written and not work.done():
+                        written = list(progress)
+                        await store.set_progress(a, float(written[0]), str(written[1]))
+            except asyncio.CancelledError:  # the worker stops: the job is requeued and starts over
+                stop.set()
+                work.add_done_callback(_retrieve)
+                raise
         summary = work.result()
     except ValueError as exc:  # the core's and the reader's messages name fields, never values
         return await fail(str(exc))

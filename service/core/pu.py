@@ -90,8 +90,8 @@ Randomness: training (initialisation, batches, dropout, K-means seeding) uses nu
 Run time is dominated by the training steps (``PUConfig``: the paper's 10,000 pre-train and
 10,000 fine-tune steps at most, 1,000 epochs for uPU/nnPU); ``python -m bench reidentification``
 measures it on MNIST.  The batches are small matrix products: run an audit with BLAS limited to
-one thread (``OPENBLAS_NUM_THREADS=1`` in the worker process), as threads of a shared machine
-only contend (on this 2-core host a linear step is 20× slower with the default threads).
+one thread (the service's audit job does, ``SELECTIVITY_AUDIT_THREADS``), as threads of a shared
+machine only contend (on this 2-core host a linear step is 20× slower with the default threads).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy import select
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from service.audits import service as audits_service
 from service.audits.schemas import MAX_INLINE_ROWS, MAX_INLINE_VALUES, AuditCreate
@@ -359,3 +360,40 @@ async def test_an_audit_past_its_deadline_fails_and_stops_its_thread(
             break
         await asyncio.sleep(0.01)
     assert [type(e).__name__ for e in stopped] == ["_Stopped"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+async def test_the_computation_runs_on_the_configured_threads(
+    api: Api, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """Inside the job's computation every BLAS and OpenMP library of the process reports
+    ``audit_threads`` threads, whatever the limit outside (3 here: neither setting, nor this
+    2-core machine's default); the job puts the outside limit back."""
+    seen: list[list[dict[str, Any]]] = []
+    real = pu.audit
+
+    def audit(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.append(threadpool_info())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pu, "audit", audit)
+    monkeypatch.setattr(api.ctx.settings, "audit_threads", threads)
+    rows, labels = _mixture(200)
+    body = {
+        "source": {"rows": rows, "labels": labels},
+        "positive_label": "1",
+        "release": {"kind": "class_mean"},
+        "attacks": ["kmeans"],
+        "classifier": "linear",
+    }
+    a = await _create(api, body)
+    with threadpool_limits(limits=3):
+        outside = [(i["filepath"], i["num_threads"]) for i in threadpool_info()]
+        assert (await _run(api, a))["status"] == "done"
+        assert [(i["filepath"], i["num_threads"]) for i in threadpool_info()] == outside
+    assert {n for _, n in outside} == {3}
+    [inside] = seen
+    assert {i["user_api"] for i in inside} >= {"blas"}, inside
+    assert {(i["filepath"], i["num_threads"]) for i in inside} == {
+        (path, threads) for path, _ in outside
+    }
