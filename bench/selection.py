@@ -5,18 +5,22 @@ candidate score.
 `selectivity bench selection [--quick] [--replays R] [--arms A,B,…]`: per replay, streams replay
 the same ratings in time order through the service (in process, embedded Redis:
 ``bench.harness``) with forced rolls: one without selection (the baseline, measured in the same
-run) and one per arm: `mi` / `aic` run a selection round at every roll with
-`epsilon_selection = 1` and that `selection_score`, one group per round (`-k2`, `-k4`: that many
-groups per round, ε_sel split among them); `fixed:a+b/c+d` runs no selection but counts the
+run) and one per arm: `mi` / `aic` run a selection round at every roll of the schedule (the
+rolls to epochs 2 … 5: `selection_rounds` defaults to the 4 free slots) with `epsilon_selection
+= 1` and that `selection_score`, one group per round (`-k2`, `-k4`: that many groups per round,
+ε_sel split among them), with the default `selection_threshold` 0 (the public outcome "add no
+table", as one outcome of score 0 per candidate); `aic-fill` without that outcome (every round
+picks, the rule before it existed), `aic-t1e-3` with the threshold at 1e-3 nats per padded
+record (3.7 noise scales β = 2Δ/ε_sel here); `fixed:a+b/c+d` runs no selection but counts the
 listed groups as features from the first window on (each group's values joined into one
 categorical feature): an upper bound on what selecting those groups could give, without the two
-windows between a pick and its first count. After every roll the follow-ups the worker would
-run (selection round, reference model) are run. All streams use the same noise settings; each
-draws its own noise (CSPRNG), so a replay's ratio carries the noise of two streams, and the
-figure is the mean over replays with its standard error. A group picked at the first round
-(roll to epoch 2) is counted from window 4 and featurizes from epoch 6 (epoch e's count period
-ends at window e − 2), so the figure averages epochs ≥ 6; epochs 4-5 (the earlier figure's
-start) can differ only by noise."""
+windows between a pick and its first count. After every roll the follow-ups the worker would run
+(selection round, reference model) are run. All streams use the same noise settings; each draws
+its own noise (CSPRNG), so a replay's ratio carries the noise of two streams, and the figure is
+the mean over replays with its standard error. A group picked at the first round (roll to epoch
+2) is counted from window 4 and featurizes from epoch 6 (epoch e's count period ends at window e
+− 2), so the figure averages epochs ≥ 6; epochs 4-5 (the earlier figure's start) can differ only
+by noise."""
 
 from __future__ import annotations
 
@@ -35,22 +39,25 @@ from bench.harness import Config, InProcess
 from bench.report import Plot, Table, append_section, plot_path, pyplot
 
 EPSILON = 5.0  # per-window table budget of every stream (selection's effect is the point here)
-# arm name -> (epsilon_selection, selection_score, groups_per_round); "without" is the baseline
-ARMS: dict[str, tuple[float, str, int]] = {
-    "without": (0.0, "aic", 1),
-    "mi": (1.0, "mi", 1),
-    "aic": (1.0, "aic", 1),
-    "aic-k4": (1.0, "aic", 4),  # every free slot filled at the first round, ε_sel/4 per pick
-    "mi-k2": (1.0, "mi", 2),
-    "mi-k4": (1.0, "mi", 4),
+# arm name -> (epsilon_selection, selection_score, groups_per_round, selection_threshold);
+# "without" is the baseline
+ARMS: dict[str, tuple[float, str, int, float | None]] = {
+    "without": (0.0, "aic", 1, 0.0),
+    "mi": (1.0, "mi", 1, 0.0),
+    "aic": (1.0, "aic", 1, 0.0),
+    "aic-fill": (1.0, "aic", 1, None),  # no "add no table" outcome: every round picks
+    "aic-t1e-3": (1.0, "aic", 1, 1e-3),
+    "aic-k4": (1.0, "aic", 4, 0.0),  # every free slot offered at the first round, ε_sel/4 each
+    "mi-k2": (1.0, "mi", 2, 0.0),
+    "mi-k4": (1.0, "mi", 4, 0.0),
 }
 DEFAULT_ARMS = ("mi", "aic")
 FREE_SLOTS = 4  # max_tables = features + 1 (the prior) + 4, the same in every arm
 FIXED = "fixed:"  # arm "fixed:a+b/c+d": no selection, the pairs counted as features from window 1
 
 
-def _arm(arm: str) -> tuple[float, str, int, tuple[tuple[str, ...], ...]]:
-    """(ε_sel, score, groups per round, groups counted from the start) of an arm name."""
+def _arm(arm: str) -> tuple[float, str, int, float | None, tuple[tuple[str, ...], ...]]:
+    """(ε_sel, score, groups per round, threshold, groups counted from the start) of an arm."""
     if arm.startswith(FIXED):
         groups = tuple(tuple(g.split("+")) for g in arm[len(FIXED) :].split("/"))
         if (
@@ -63,7 +70,7 @@ def _arm(arm: str) -> tuple[float, str, int, tuple[tuple[str, ...], ...]]:
                 f"{arm!r}: 1 to {FREE_SLOTS} distinct groups of two or more MovieLens features, "
                 "features joined by '+', groups by '/'"
             )
-        return 0.0, "aic", 1, groups
+        return 0.0, "aic", 1, 0.0, groups
     if arm not in ARMS or arm == "without":
         raise ValueError(f"{arm!r}: not an arm of {sorted(set(ARMS) - {'without'})} or 'fixed:…'")
     return (*ARMS[arm], ())
@@ -108,7 +115,7 @@ async def replay(
         for r in range(replays):
             res: dict[str, Any] = {}
             for a, arm in enumerate(("without", *arms)):
-                eps_sel, score, per_round, fixed = (
+                eps_sel, score, per_round, threshold, fixed = (
                     ARMS[arm] + ((),) if arm == "without" else _arm(arm)
                 )
                 name = f"arm{a}-{r}"
@@ -128,6 +135,7 @@ async def replay(
                         "epsilon_selection": eps_sel,
                         "groups_per_round": per_round,
                         "selection_score": score,
+                        "selection_threshold": threshold,
                     },
                 }
                 await svc.call("POST", "/streams", "admin", 201, json=body)
@@ -307,7 +315,8 @@ def main(argv: list[str]) -> None:
                 "per replay, the same ratings: 'without' selection, and per arm a selection round "
                 "at every roll: "
                 + "; ".join(
-                    f"'{a}' score {ARMS[a][1]}, {ARMS[a][2]} group(s) per round"
+                    f"'{a}' score {ARMS[a][1]}, {ARMS[a][2]} group(s) per round, threshold "
+                    f"{'none (every round picks)' if ARMS[a][3] is None else ARMS[a][3]}"
                     if a in ARMS
                     else f"'{a}' no selection, the groups counted as features from window 1"
                     for a in arms
@@ -319,7 +328,11 @@ def main(argv: list[str]) -> None:
                 f"laplace ε = {EPSILON} per window, sketch 16384 × 3, hot_windows 2, "
                 "max_tables = features + 5 (4 free slots), min_records = 100,000 (default)",
             ],
-            ["selection", "ε_sel = 1 per round (split among the round's picks)"],
+            [
+                "selection",
+                "ε_sel = 1 per round (split among the round's picks), rounds at the rolls to "
+                "epochs 2 … 5 (selection_rounds = the 4 free slots)",
+            ],
             ["quality", "each epoch's reference model on the newest fifth of its train set"],
             [
                 "figure",
@@ -358,7 +371,8 @@ def main(argv: list[str]) -> None:
             [
                 r + 1,
                 arm,
-                ", ".join(f"{t['name']} ({t['first_epoch']})" for t in _picked(res, arm)),
+                ", ".join(f"{t['name']} ({t['first_epoch']})" for t in _picked(res, arm))
+                or "(none)",
             ]
             for r, res in enumerate(results)
             for arm in arms
@@ -383,7 +397,7 @@ def main(argv: list[str]) -> None:
         + f" --replays {args.replays}"
         + ("" if arms == DEFAULT_ARMS else f" --arms {','.join(arms)}")
     )
-    parts = [setup, ratios, per_epoch, groups, Plot("selection", png)]
+    parts: list[Table | Plot] = [setup, ratios, per_epoch, groups, Plot("selection", png)]
     title = "DP count-table selection (MovieLens)"
     if args.out is None:
         append_section(title, parts, command=command)

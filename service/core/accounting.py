@@ -6,13 +6,15 @@ Per observation:
   σ = Δ2/sqrt(2ρ)) with respect to one observation; windows hold disjoint observations, so by
   parallel composition the whole history keeps the per-window guarantee (McSherry 2009, Thm 4).
 * count-table selection: every selection round is ε_sel-DP at every hot-period size
-  (exponential mechanism, McSherry & Talwar 2007, calibrated to the public ``min_records``:
-  ``service.core.selection``) and reads the hot period that just ended; an observation is in it
-  for H = ``hot_windows`` rounds. Only rounds that release picks release anything (the others
-  stop on public facts: no budget, no free slot, no candidate, a stale epoch), and each commits
-  at least one table, so a stream releases at most S = ``max_tables`` − features − 1 rounds
-  (its free slots) over its whole life: an observation is charged min(H, S) rounds
-  (sequential composition), see :func:`selection_rounds`.
+  (exponential mechanism, McSherry & Talwar 2007, calibrated to the public ``min_records``,
+  with a public outcome ⊥ "add no table": ``service.core.selection``) and reads the hot period
+  that just ended; an observation is in it for H = ``hot_windows`` rounds. A round may pick ⊥
+  and so use no table slot: the slots no longer bound the rounds. The schedule does: rounds run
+  only at the rolls to epochs 2 … Q + 1, Q = ``privacy.selection_rounds`` (one round per roll,
+  keyed by epoch), and the other reasons a scheduled round releases nothing (no budget, no
+  free slot, no candidate, a stale epoch) are public. So a stream releases at most Q rounds
+  over its whole life, each charged whether it picks tables or ⊥: an observation is charged
+  min(H, Q) rounds (sequential composition), see :func:`selection_rounds`.
 * the annotation queues of record payloads linked to the stream (``service.queues``).
 Composition: basic (sequential) composition of (ε, δ) (Dwork & Roth 2014, Thm 3.16); when the
 tables are Gaussian, also zCDP composition, converting the pure-ε parts by ρ = ε²/2 (Bun &
@@ -25,7 +27,14 @@ windows — so R + H windows compose sequentially. (Not only R: the H hot window
 are readable by the same attacker, so they are counted too.) Selection reads only counted
 observations, at most c·H of a user per round: group privacy (Dwork & Roth 2014, Thm 2.2)
 multiplies each round's ε by c·H. A user may be in every round, and the picks are kept for the
-stream's life: all S rounds a stream can release compose.
+stream's life: all Q rounds a stream can release compose.
+
+Streams created before rounds could pick ⊥ ran a round at every roll with a free slot, each
+releasing round committing a table, so at most S = ``max_tables`` − features − 1 rounds; their
+stored configuration has no ``selection_rounds``, which then defaults to S (as for every
+stream that does not set it). Rounds of the old rule ran at epochs before the upgrade's epoch D,
+those of the new rule at D … Q + 1: at most (D − 2) + (Q + 2 − D) = Q rounds when D − 2 <= Q,
+else at most S = Q: Q still bounds them.
 """
 
 from __future__ import annotations
@@ -126,14 +135,17 @@ def table_part(
 
 
 def selection_rounds(
-    *, max_tables: int, features: int, hot_windows: int, per_user: bool
+    *, max_tables: int, features: int, hot_windows: int, max_rounds: int, per_user: bool
 ) -> tuple[int, int]:
     """(S, rounds charged): S = ``max_tables − features − 1`` free slots (the prior table takes
-    one); a releasing round commits at least one table and no round runs without a free slot,
-    so a stream releases at most S rounds. One observation is read by H of them at most:
-    min(H, S); a user may be in all: S."""
+    one). A round runs only at the rolls to epochs 2 … ``max_rounds`` + 1 (the public schedule,
+    Q = ``privacy.selection_rounds``) and only while a slot is free, so a stream releases at most
+    Q rounds, whether they pick tables or ⊥, and none when S = 0. One observation is read by H
+    of them at most: min(H, Q); a user may be in all: Q."""
     slots = max(max_tables - features - 1, 0)
-    return slots, (slots if per_user else min(hot_windows, slots))
+    if slots == 0:
+        return 0, 0
+    return slots, (max_rounds if per_user else min(hot_windows, max_rounds))
 
 
 def selection_part(

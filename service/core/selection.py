@@ -14,12 +14,16 @@ Scores
 
 L the number of labels.  A candidate group ``G`` extends an existing table ``t`` by one feature
 (``G = t ∪ {f}``, ``f ∉ t``; groups are sorted tuples; a group that already has a table is not a
-candidate).  Its score is the marginal gain over the most informative existing table it extends:
+candidate).  Its score is the marginal gain over the most informative existing table it refines:
 
-    gain(G) = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y) = min_t [Î(t ∪ {f}; Y) − Î(t; Y)],
+    gain(G) = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y) = min_t [Î(G; Y) − Î(t; Y)],
 
-bases(G) = the existing tables ``G`` minus one feature.  Each bracket is in ``[0, log min(L, n)]``
-(``G``'s cells refine ``t``'s: data processing), and so is the minimum.
+bases(G) = every existing table whose features are a proper subset of ``G``'s (the single
+features always among them), not only ``G`` minus one feature: ``age+occupation+user_id``
+refines the ``user_id`` table, which already holds everything it holds, so it gains 0 (with
+one-feature bases only it was scored against ``age+occupation`` and picked, BENCHMARKS.md,
+selection).  Each bracket is in ``[0, log min(L, n)]`` (``G``'s cells refine ``t``'s: data
+processing), and so is the minimum.  The bounds below use only that ``G`` refines ``t``.
 
 Sensitivity of empirical MI (derived here; add/remove-one neighbours)
 -------------------------------------------------------------------------
@@ -82,9 +86,10 @@ log-likelihood ratio (nats) of the model ``P(Y | G)`` against ``P(Y | t)``, whic
 
     aic(G) = min_{t ∈ bases(G)} [Î(G; Y) − Î(t; Y) − λ·(K_G − K_t)/n],    λ = L − 1,
 
-not clipped (a negative score is a group AIC rejects; the mechanism still picks ``k``, the least
-bad, since skipping would be a data-dependent release: see below), 0 for ``n = 0``.  A
-near-unique group has ``K_G ≈ n`` and scores ``≈ H(Y|t) − (L−1) < 0`` for ``L = 2``.
+not clipped (a negative score is a group AIC rejects: the round's public "pick nothing" outcome,
+below, is then likely to win), 0 for ``n = 0``.  A near-unique group has
+``K_G ≈ n`` and scores ``≈ H(Y|t) − (L−1) < 0`` for ``L = 2``; a group an existing table
+determines (``K_G = K_t``, ``Î(G; Y) = Î(t; Y)``) scores exactly 0.
 
 Sensitivity.  ``D`` of ``m >= 1`` records, ``D' = D + r``.  Write ``P = λ·ΔK/m``,
 ``ΔK = K_G − K_t`` with ``0 <= ΔK <= m − 1`` (``G`` refines ``t``, ``K_G <= m``, ``K_t >= 1``).
@@ -131,8 +136,8 @@ every feature a value ``⊥`` no real record has (any labels):
   ``N`` from ``n·log n`` to ``100·n``, but about 8 at ``N = n/10``; ``min_records`` is best set
   near or above the usual hot-period size.
 * No round is skipped for lack of records: the skip would be a data-dependent release (the
-  epochs of the picks show it) in every epoch until the free slots are used, with no bound
-  over a stream's life.  A small hot period gives scores near 0 and nearly uniform picks.
+  epochs of the picks show it).  A small hot period gives scores near 0: nearly uniform picks
+  between the candidates and ⊥ (below), which then wins about half the time at ``τ = 0``.
 
 Selection (exponential mechanism, Gumbel report-noisy-max)
 ----------------------------------------------------------
@@ -147,9 +152,48 @@ differentially private top-k selection with pay-what-you-get composition", NeurI
 ε-DP for the round by basic composition.  (Durfee & Rogers and the bounded-range analysis of Dong,
 Durfee & Rogers 2020 give tighter approximate-DP accounting; we keep pure ε for a simple ledger.)
 
+Picking nothing: the public outcome ⊥ (``privacy.selection_threshold``)
+-----------------------------------------------------------------------
+With a threshold ``τ`` the mechanism's outcomes are the ``m`` candidates and ``⊥`` ("add no
+table").  ``⊥`` stands for ``m`` public outcomes "stop", each of score ``τ``: its score is
+``τ + β·log m``, ``β = 2k'Δ/ε`` the Gumbel scale, so
+
+    P(⊥ first) = m·e^{τ/β} / (m·e^{τ/β} + Σ_i e^{u_i/β}) >= 1/2  iff  β·log mean_i e^{u_i/β} <= τ:
+
+⊥ wins at least half the time when no candidate beats ``τ`` (the log-mean-exp of the scores
+lies between their mean and their maximum), and a candidate must beat ``τ`` by about
+``β·log m`` to be likelier than ⊥.  With a single outcome of score ``τ``, ⊥ would lose to ``m``
+candidates scoring about ``τ`` with probability ``m/(m+1)``, and a round sees 20 or more
+candidates, many of them within a noise scale of 0 (a group an existing table determines
+scores exactly 0; one of pure noise features slightly below 0 in a hot period far smaller than
+``min_records``): such a ⊥ would almost never stop a round.
+
+* Privacy.  The exponential mechanism is ε-DP for any outcome set and any score function whose
+  values move by at most ``Δ`` between neighbours: ``P_D(o)/P_D'(o) = exp(ε(u_o(D) − u_o(D'))
+  /(2Δ)) · Z_D'/Z_D <= e^{ε/2} · e^{ε/2}``.  ⊥'s score depends only on public numbers (``τ``,
+  ``ε``, ``Δ`` at ``min_records``, ``k`` and ``m``, which depends on table names only): its
+  change is 0 <= Δ, so adding it keeps ε and the Gumbel scale.  For ``k`` picks the one-shot
+  top-``k'`` of ``u_i + β·G_i`` over candidates ∪ {⊥} (``k' = min(k, m)``, ⊥ drawing its own
+  Gumbel) is ``k'`` peeled mechanisms over that set, each ``ε/k'``-DP (Durfee & Rogers 2019);
+  the round returns the picks ranked above ⊥ and stops there (post-processing: a pick after ⊥
+  would be conditioned on it, and nothing is released of the rest).  ``τ`` must never be
+  computed from the data (nor from ``n``).
+* Units.  ``τ`` is compared with the scores the mechanism sees, those of the padded data set
+  ``D*`` below: nats per record of the hot period plus ``min_records`` placeholders,
+  ``n/(n+N) · score``.  ``τ = 0``, the default, is the only value that means the same at every
+  private ``n``: ``aic > 0`` iff Akaike's criterion prefers the group to its best base, whatever
+  the positive factor ``n/(n+N)``; so the round stops at least half the time when AIC prefers no
+  candidate.  A positive ``τ`` asks a group to beat AIC by ``τ·(n+N)`` nats in all (``n`` is
+  private, so it cannot be stated per real record).  ``β`` is in the same units (``2.7e-4`` at
+  the defaults, ``L = 2``, ``ε = 1``, ``k = 1``).  With ``"mi"`` every score is ``>= 0``
+  (clipped, and biased up by about ``(L−1)ΔK/(2n)``), so ``τ = 0`` stops a round only when
+  every gain is within the noise of 0.
+* Without a threshold (``None``) every round picks ``k'`` groups, the behaviour before.
+
 What is private
 ---------------
-Only the picked GROUPS (and their order) are ε-DP outputs.  A :class:`Candidate`'s ``base`` and
+Only the picked GROUPS (and their order, and whether the round stopped at ⊥) are ε-DP
+outputs.  A :class:`Candidate`'s ``base`` and
 ``feature`` are chosen without looking at data (the first base in sorted order), but its
 ``gain`` is the EXACT score on hot data: it must never be stored, logged or returned by an API.
 The sensitivity is calibrated to the public ``min_records``, never to the hot period's count.
@@ -177,6 +221,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "Candidate",
+    "candidate_groups",
     "csprng_gumbel",
     "empirical_mi",
     "gain_sensitivity",
@@ -427,6 +472,30 @@ def _normalise_tables(
     return out
 
 
+def _candidate_bases(
+    tables: list[tuple[str, ...]], features: Sequence[str]
+) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+    """Candidate group -> its bases: every (normalised) table whose features are a proper subset
+    of the group's.  Groups are the tables extended by one feature that are not tables."""
+    existing = set(tables)
+    groups = {
+        tuple(sorted((*table, feature)))
+        for table in tables
+        for feature in features
+        if feature not in table
+    } - existing
+    return {g: sorted(t for t in tables if set(t) < set(g)) for g in sorted(groups)}
+
+
+def candidate_groups(
+    *, tables: Sequence[tuple[str, ...]], features: Sequence[str]
+) -> list[tuple[str, ...]]:
+    """The candidate groups of a round, sorted: a public function of the table and feature
+    names (no data), so a round with none may stop before reading anything."""
+    names = {f: None for f in features}
+    return list(_candidate_bases(_normalise_tables(tables, names), sorted(names)))
+
+
 def score_candidates(
     *,
     columns: Mapping[str, np.ndarray],
@@ -440,11 +509,12 @@ def score_candidates(
     ``columns`` maps feature names to integer-coded columns of the hot-period records,
     ``tables`` the stream's current tables (single features and selected groups; the prior table
     is not listed).  Candidates are the groups ``sorted(t + (f,))`` for ``t`` in ``tables``,
-    ``f`` in ``columns`` not in ``t``, that are not tables already, each once, sorted by group.
-    ``gain = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y)`` clipped at 0; ``base`` is the FIRST base in
-    sorted order (data-independent), ``feature`` the one feature of ``group`` not in it.
-    The candidate list depends only on the table and feature names, never on the data.
-    With ``score="aic"`` the ``gain`` field holds instead
+    ``f`` in ``columns`` not in ``t``, that are not tables already, each once, sorted by group
+    (:func:`candidate_groups`).  ``gain = Î(G; Y) − max_{t ∈ bases(G)} Î(t; Y)`` clipped at 0,
+    bases(G) every table that is a proper subset of ``G``; ``base`` is the FIRST of them with
+    one feature less, in sorted order (data-independent), ``feature`` the one feature of
+    ``group`` not in it.  The candidate list depends only on the table and feature names,
+    never on the data.  With ``score="aic"`` the ``gain`` field holds instead
     ``min_t [Î(G; Y) − Î(t; Y) − (L−1)(K_G − K_t)/n]``, unclipped, ``K`` the occupied cells
     (module docstring, "Penalised score"), 0 when there are no records.
     """
@@ -455,15 +525,7 @@ def score_candidates(
         if not isinstance(name, str):
             raise TypeError(f"feature names must be str, got {name!r}")
     norm = _normalise_tables(tables, columns)
-    existing = set(norm)
-    bases: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-    for table in norm:
-        for feature in sorted(columns):
-            if feature in table:
-                continue
-            group = tuple(sorted((*table, feature)))
-            if group not in existing:
-                bases.setdefault(group, []).append(table)
+    bases = _candidate_bases(norm, sorted(columns))
     if not bases:
         return []
 
@@ -486,8 +548,8 @@ def score_candidates(
 
     candidates: list[Candidate] = []
     for group in sorted(bases):
-        group_bases = sorted(bases[group])
-        base = group_bases[0]
+        group_bases = bases[group]  # sorted
+        base = next(b for b in group_bases if len(b) == len(group) - 1)
         (feature,) = set(group) - set(base)
         codes, k = _combine(*table_codes[base], *column(feature))
         mi = _mi_dense(codes, k, y, n_labels)
@@ -519,6 +581,16 @@ def csprng_gumbel(size: int) -> FloatArray:
     return -np.log(-np.log(u))
 
 
+def _check_threshold(threshold: object) -> float | None:
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError(f"threshold must be a real number or None, got {threshold!r}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be finite, got {threshold=}")
+    return float(threshold)
+
+
 def select(
     *,
     candidates: Sequence[Candidate],
@@ -526,6 +598,7 @@ def select(
     epsilon: float,
     sensitivity: float,
     gumbel: GumbelSource | None = None,
+    threshold: float | None = None,
 ) -> list[Candidate]:
     """Up to ``k`` distinct candidates by one-shot Gumbel top-k: ε-DP in total.
 
@@ -535,9 +608,18 @@ def select(
     This is distributed as ``k'`` peeled exponential mechanisms (McSherry & Talwar 2007) with
     ``ε/k'`` each (Durfee & Rogers 2019), so ε-DP by basic composition when ``sensitivity``
     bounds every gain's change between neighbours.  ``ε = 0`` or ``k = 0`` picks nothing.
+
+    With a ``threshold`` τ the outcomes include ⊥ ("add no table"), ``m = len(candidates)``
+    public "stop" outcomes of score τ each, i.e. one of score ``τ + β·log m``, drawn last
+    (``gumbel(m + 1)``, its noise the last value): only the candidates ranked above ⊥ are
+    returned, so ``[]`` when ⊥ comes first.  ⊥'s score depends on public numbers only
+    (sensitivity 0), so the round stays ε-DP at the same β (module docstring, "Picking
+    nothing").  τ is in the units of the gains passed (for :func:`select_round`, the padded
+    scores) and must not depend on the data.
     """
     k = _check_int("k", k, minimum=0)
     eps = _check_epsilon(epsilon)
+    tau = _check_threshold(threshold)
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, numbers.Real):
         raise TypeError(f"sensitivity must be a real number, got {sensitivity!r}")
     if not (math.isfinite(sensitivity) and sensitivity > 0):
@@ -548,17 +630,23 @@ def select(
     picks = min(k, len(candidates))
     if eps == 0 or picks == 0:
         return []
+    scale = 2.0 * picks * float(sensitivity) / eps
+    stop = [] if tau is None else [tau + scale * math.log(len(candidates))]  # m outcomes at τ
+    scores = [c.gain for c in candidates] + stop
     draw = csprng_gumbel if gumbel is None else gumbel
-    noise = np.asarray(draw(len(candidates)), dtype=np.float64)
-    if noise.shape != (len(candidates),) or not np.all(np.isfinite(noise)):
+    noise = np.asarray(draw(len(scores)), dtype=np.float64)
+    if noise.shape != (len(scores),) or not np.all(np.isfinite(noise)):
         raise ValueError(
-            f"gumbel({len(candidates)}) must return {len(candidates)} finite values, "
+            f"gumbel({len(scores)}) must return {len(scores)} finite values, "
             f"got shape {noise.shape}"
         )
-    scale = 2.0 * picks * float(sensitivity) / eps
-    noisy = np.array([c.gain for c in candidates], dtype=np.float64) + scale * noise
-    order = np.argsort(-noisy, kind="stable")[:picks]
-    return [candidates[int(i)] for i in order]
+    noisy = np.array(scores, dtype=np.float64) + scale * noise
+    picked: list[Candidate] = []
+    for i in np.argsort(-noisy, kind="stable")[:picks].tolist():
+        if i == len(candidates):  # ⊥: the round stops here
+            break
+        picked.append(candidates[i])
+    return picked
 
 
 def padded_weight(*, n: int, min_records: int) -> float:
@@ -581,6 +669,7 @@ def select_round(
     min_records: int,
     gumbel: GumbelSource | None = None,
     score: str = "mi",
+    threshold: float | None = None,
 ) -> list[Candidate]:
     """One selection round (docs/ARCHITECTURE.md, "Count-table selection"): the new groups to
     count (from the window after next on: ``service.selection``).
@@ -595,12 +684,16 @@ def select_round(
     private outputs; their ``gain`` is the exact gain (unweighted) and must stay in the worker.
     ``score`` chooses the candidate score (:data:`SCORES`; "aic" with sensitivity
     :func:`score_sensitivity`, scaled by the same ``n/(n + min_records)``); the stream
-    configuration passes its ``privacy.selection_score`` (default "aic").
+    configuration passes its ``privacy.selection_score`` (default "aic"). ``threshold``: the
+    score of the public outcome ⊥ (:func:`select`), in the units of the padded scores; ``[]``
+    is then also the outcome "⊥ first" (the stream configuration's
+    ``privacy.selection_threshold``, default 0).
     """
     score = _check_score(score)
     max_tables = _check_int("max_tables", max_tables, minimum=1)
     groups_per_round = _check_int("groups_per_round", groups_per_round, minimum=0)
     eps = _check_epsilon(epsilon)
+    threshold = _check_threshold(threshold)
     n_labels = _check_int("n_labels", n_labels, minimum=1)
     min_records = _check_int("min_records", min_records, minimum=1)
     room = max_tables - len(tables) - 1
@@ -620,6 +713,13 @@ def select_round(
     weight = padded_weight(n=y.size, min_records=min_records)
     scored = [replace(c, gain=weight * c.gain) for c in candidates]
     sensitivity = score_sensitivity(score=score, n=min_records, n_labels=n_labels)
-    picked = select(candidates=scored, k=picks, epsilon=eps, sensitivity=sensitivity, gumbel=gumbel)
+    picked = select(
+        candidates=scored,
+        k=picks,
+        epsilon=eps,
+        sensitivity=sensitivity,
+        gumbel=gumbel,
+        threshold=threshold,
+    )
     exact = {c.group: c for c in candidates}
     return [exact[c.group] for c in picked]

@@ -82,6 +82,31 @@ class PrivacyIn(Strict):
             "'mi': the plug-in gain (service.core.selection)"
         ),
     )
+    selection_threshold: float | None = Field(
+        default=0.0,
+        ge=-64,
+        le=64,
+        description=(
+            "selection: the threshold τ of the public outcome 'add no table' in each round's "
+            "exponential mechanism (as many outcomes of score τ as there are candidates), in "
+            "the scores' units (nats per record of the hot period plus min_records "
+            "placeholders; scores lie in [-(labels-1), log(labels)]); a round stops at its "
+            "first such pick, at least half the time when no candidate scores above τ. 0: "
+            "Akaike's criterion's own boundary (service.core.selection); null: every round "
+            "fills its picks"
+        ),
+    )
+    selection_rounds: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description=(
+            "selection: the public schedule, rounds run at the rolls to epochs 2 … "
+            "selection_rounds + 1 while a table slot is free; each is charged by the ledger "
+            "whether it picks tables or nothing. Default: the free slots (max_tables − "
+            "features − 1)"
+        ),
+    )
     min_records: int = Field(
         default=100_000,
         ge=1,
@@ -192,6 +217,8 @@ class StreamCreate(Strict):
                 f"max_tables must be at least the number of features + 1 (the prior table) "
                 f"= {needed}, got {self.max_tables}"
             )
+        if self.privacy.selection_rounds is None:  # stored configurations from before it too
+            self.privacy.selection_rounds = max(self.max_tables - needed, 1)
         table = self.sketch.width * self.sketch.depth * len(self.labels)
         if table > MAX_TABLE_CELLS:
             raise ValueError(

@@ -65,17 +65,24 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "budget_split": budget_split(cfg),
     }
     h, r = cfg.hot_windows, cfg.retention_windows
-    assert cfg.max_tables is not None
-    slots, rounds = selection_rounds(
-        max_tables=cfg.max_tables, features=len(cfg.features), hot_windows=h, per_user=False
-    )
+    assert cfg.max_tables is not None and p.selection_rounds is not None
+    schedule = {
+        "max_tables": cfg.max_tables,
+        "features": len(cfg.features),
+        "hot_windows": h,
+        "max_rounds": p.selection_rounds,
+    }
+    slots, rounds = selection_rounds(**schedule, per_user=False)
+    user_rounds = selection_rounds(**schedule, per_user=True)[1]
     if p.epsilon_selection <= 0:
-        rounds = 0
+        rounds = user_rounds = 0
     selection_params: dict[str, float | int | str | None] = {
         "min_records": p.min_records,
         "free_slots": slots,
+        "max_rounds": p.selection_rounds,
         "groups_per_round": p.groups_per_round,
         "score": p.selection_score,
+        "threshold": p.selection_threshold,
     }
     per_obs = [
         table_part(
@@ -109,10 +116,12 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
             ),
             (
                 f"Selection reads the hot period that just ended; an observation is in it for "
-                f"{h} rounds, and a stream releases at most {slots} rounds (its free table "
-                "slots: each releasing round commits a table), so min(H, slots) rounds are "
-                f"charged. Rounds are calibrated to min_records = {p.min_records}, never to "
-                "the hot period's size, and none is skipped for few rows."
+                f"{h} rounds, and a stream runs at most {p.selection_rounds} rounds (the "
+                f"public schedule: the rolls to epochs 2 … {p.selection_rounds + 1}, while "
+                f"one of its {slots} free table slots is left), each charged whether it picks "
+                "tables or nothing, so min(H, rounds) rounds are charged. Rounds are "
+                f"calibrated to min_records = {p.min_records}, never to the hot period's size, "
+                "and none is skipped for few rows."
             ),
             (
                 f"{len(queue_parts)} annotation queue(s) of this stream's records: each "
@@ -135,11 +144,11 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
                 parameters={**params, "max_contributions_per_window": c},
             )
         ]
-        if rounds:
+        if user_rounds:
             per_user.append(
                 selection_part(
                     epsilon_selection=p.epsilon_selection,
-                    rounds=slots,
+                    rounds=user_rounds,
                     group=c * h,
                     parameters=selection_params,
                 )
@@ -149,8 +158,8 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
             f"Per user: at most {c} observations of a user are counted per window "
             f"(user key {p.user_key!r}); the {r} retention and {h} hot windows compose. "
             f"Selection reads only counted observations, at most {c}·{h} of a user per round; "
-            f"a user may be in each of the stream's at most {slots} releasing rounds, whose "
-            "picks are kept: the guarantee covers the stream's whole life."
+            f"a user may be in each of the stream's at most {user_rounds} rounds, whose "
+            "outcomes are kept: the guarantee covers the stream's whole life."
         )
     return out
 

@@ -3,7 +3,10 @@ the pure core in
 ``service.core.selection``: the hot period's closed windows are read, candidate groups scored by
 empirical mutual-information gain (by default less Akaike's penalty: ``privacy.selection_score``),
 up to ``groups_per_round`` picked by the exponential
-mechanism under ``epsilon_selection``, and each pick gets a table.
+mechanism under ``epsilon_selection``, and each pick gets a table. The mechanism has one more
+outcome, ⊥ ("add no table", public, at the threshold ``privacy.selection_threshold``), which
+ends the round's picks; rounds run on a public schedule (the rolls to epochs 2 … Q + 1,
+Q = ``privacy.selection_rounds``), so the ledger's Q bounds them whatever they pick.
 
 A group picked at the roll to epoch t is counted from window t + 2 on: window t + 1 may already
 be prepared (noise-initialised ahead of time) without it, and a prepared window's table set is
@@ -23,10 +26,11 @@ from service.context import AppContext
 from service.core.counting import within_bound
 from service.core.featurize import FeatureSpec, row_keys, table_name
 from service.core.runtime import StreamRuntime
-from service.core.selection import Candidate, select_round
+from service.core.selection import Candidate, candidate_groups, select_round
 from service.db.models import CountTable, StreamEvent
 from service.models import repository as events_repo
-from service.streams import repository
+from service.selection import repository
+from service.streams import repository as streams_repo
 from service.streams import service as streams
 from service.streams.lock import stream_lock
 
@@ -105,8 +109,10 @@ def _round(
     epsilon: float,
     min_records: int,
     score: str,
+    threshold: float | None,
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-    """The round itself (process pool); returns (group, base) pairs only — never the gains."""
+    """The round itself (process pool); returns (group, base) pairs only — never the gains;
+    ``[]`` is the outcome ⊥."""
     picks: list[Candidate] = select_round(
         columns=columns,
         labels=labels,
@@ -117,6 +123,7 @@ def _round(
         epsilon=epsilon,
         min_records=min_records,
         score=score,
+        threshold=threshold,
     )
     return [(c.group, c.base) for c in picks]
 
@@ -125,33 +132,41 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
     """The selection round of the roll to ``epoch`` (the ``selection_round`` follow-up).
 
     Idempotent and safe under any interleaving with rolls and other rounds: the hot rows are
-    read and scored without a lock, then the picks are committed under the stream's lock
+    read and scored without a lock, then the outcome is committed under the stream's lock
     (``stream_lock``, which rolls hold too), in a transaction that re-reads the stream and its
-    tables. The round commits nothing when the stream has moved past ``epoch`` (the window
-    its tables would start in may be prepared already: the next epoch's round selects
-    instead), when a round of ``epoch`` has committed already, and never more tables than the
-    free slots of ``max_tables`` it finds then. Returns what it did, for the follow-up's
-    record (never the gains).
+    tables: the picks as tables and a ``tables_selected`` event, or ⊥ as a
+    ``nothing_selected`` event. The round commits nothing when the stream has moved past
+    ``epoch`` (the window its tables would start in may be prepared already), when a round of
+    ``epoch`` has committed already (either event: a retry must not draw again), and never
+    more tables than the free slots of ``max_tables`` it finds then. Returns what it did, for
+    the follow-up's record (never the gains).
 
     Privacy (docs/ARCHITECTURE.md, "Privacy ledger"): the round is calibrated to the public
     ``min_records``, never to the hot period's size, and no outcome depends on that size (no
-    round is skipped for few rows): the only data-dependent output is the picks. A round that
-    releases picks commits at least one table (it scores against the table set it commits
-    to, read afresh, and commits nothing if that set changed), so a stream releases at most
-    as many rounds as it has free slots: what the ledger charges."""
+    round is skipped for few rows): the only data-dependent output is the picks, or ⊥. A
+    round runs only at the rolls to epochs 2 … Q + 1 (Q = ``privacy.selection_rounds``), one
+    per epoch, so a stream releases at most Q rounds: what the ledger charges, whether they
+    pick tables or ⊥. Every reason to release nothing (no budget, past the schedule, no free
+    slot, no candidate, a stale epoch or table set) is a public fact."""
     async with ctx.sessionmaker() as session:  # fresh, not the cached runtime
         current = await streams.get(session=session, name=name)
-        rt = streams.runtime_of(current, list(await repository.tables_of(session, current.id)))
+        tables_now = list(await streams_repo.tables_of(session, current.id))
+        rt = streams.runtime_of(current, tables_now)
+        recorded = await repository.round_epochs(session, current.id)
     cfg = rt.config
-    eps = cfg.privacy.epsilon_selection
-    assert cfg.max_tables is not None
+    privacy = cfg.privacy
+    eps = privacy.epsilon_selection
+    assert cfg.max_tables is not None and privacy.selection_rounds is not None
     if eps <= 0 or len(rt.tables) + 1 >= cfg.max_tables:
         return {"selected": [], "reason": "no budget or no free slot"}
-    first_epoch = epoch + 2
-    if any(t.first_epoch == first_epoch and t.reason == "selected" for t in rt.tables):
+    if not 2 <= epoch <= privacy.selection_rounds + 1:
+        return {"selected": [], "reason": "past the schedule"}
+    if epoch in recorded:
         return {"selected": [], "reason": "done"}
-    columns, labels = await _hot_matrix(ctx, rt, epoch)
     groups = [tuple(sorted(t.features)) for t in rt.tables]
+    if not candidate_groups(tables=groups, features=[f.name for f in rt.features]):
+        return {"selected": [], "reason": "no candidate"}
+    columns, labels = await _hot_matrix(ctx, rt, epoch)
     picks = await ctx.run_cpu(
         _round,
         columns,
@@ -159,20 +174,22 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
         len(rt.labels),
         groups,
         cfg.max_tables,
-        cfg.privacy.groups_per_round,
+        privacy.groups_per_round,
         eps,
-        cfg.privacy.min_records,
-        cfg.privacy.selection_score,
+        privacy.min_records,
+        privacy.selection_score,
+        privacy.selection_threshold,
     )
-    if not picks:
-        return {"selected": [], "reason": "no candidate"}
+    first_epoch = epoch + 2
     async with stream_lock(ctx, name), ctx.sessionmaker() as session, session.begin():
-        stream = await repository.get_by_name(session, name, for_update=True)
+        stream = await streams_repo.get_by_name(session, name, for_update=True)
         assert stream is not None
         if stream.epoch != epoch or stream.roll_target is not None:
             return {"selected": [], "reason": f"stale: the stream is at epoch {stream.epoch}"}
-        tables = list(await repository.tables_of(session, stream.id))
-        if any(t.selected_epoch == epoch for t in tables):
+        tables = list(await streams_repo.tables_of(session, stream.id))
+        if epoch in await repository.round_epochs(session, stream.id) or any(
+            t.selected_epoch == epoch for t in tables
+        ):
             return {"selected": [], "reason": "done"}
         existing = {t.name for t in tables}
         if existing != {t.name for t in rt.tables}:  # scored against another table set
@@ -197,22 +214,22 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
                 )
             )
             added.append(tname)
-        if not added:
-            return {"selected": [], "reason": "no free slot"}
+        data: dict[str, object] = {"stream": name, "epoch": epoch, "epsilon_selection": eps}
+        if added:
+            data |= {"tables": added, "first_epoch": first_epoch}
+        else:  # ⊥ first (the picks are never names of tables that exist: same table set)
+            data["threshold"] = privacy.selection_threshold
         await events_repo.add_event(
             session,
             StreamEvent(
                 stream_id=stream.id,
-                kind="tables_selected",
-                data={
-                    "stream": name,
-                    "epoch": epoch,
-                    "tables": added,
-                    "first_epoch": first_epoch,
-                    "epsilon_selection": eps,
-                },
+                kind=repository.PICKED if added else repository.NOTHING,
+                data=data,
             ),
         )
+    if not added:
+        log.info("stream %s: the round of epoch %d picked no table", name, epoch)
+        return {"selected": [], "reason": "nothing picked"}
     streams.forget_runtime(ctx, name)
     log.info("stream %s: selected %s from window %d on", name, added, first_epoch)
     return {"selected": added, "first_epoch": first_epoch}
@@ -220,4 +237,4 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
 
 async def list_tables(*, session: AsyncSession, name: str) -> list[CountTable]:
     stream = await streams.get(session=session, name=name)
-    return list(await repository.tables_of(session, stream.id))
+    return list(await streams_repo.tables_of(session, stream.id))

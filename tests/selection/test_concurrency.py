@@ -2,8 +2,9 @@
 rounds and rolls (issue 11: two rounds of back-to-back rolls once made 6 tables of 5, and the
 windows after them had more sensitivity than their noise was calibrated for).
 
-The rounds here pick at random (a tiny ``epsilon_selection``), so rounds that were not
-serialised would add different groups and overflow the one free slot."""
+The rounds here pick at random (a tiny ``epsilon_selection``, and no "add no table" outcome:
+every round picks), so rounds that were not serialised would add different groups and overflow
+the one free slot."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import asyncio
 import numpy as np
 
 from service.lifecycle import roll as lifecycle_roll
+from service.selection import repository
 from service.selection import service as selection
+from service.streams import service as streams
 from tests.conftest import Api, Jobs, unique
 
 FEATURES = ["a", "b", "c", "d"]
@@ -38,7 +41,12 @@ async def _stream(api: Api) -> str:
         "retention_windows": 10,
         "sketch": {"width": 256, "depth": 2},
         "max_tables": MAX_TABLES,
-        "privacy": {"mechanism": "none", "epsilon_selection": 1e-6, "groups_per_round": 3},
+        "privacy": {
+            "mechanism": "none",
+            "epsilon_selection": 1e-6,
+            "groups_per_round": 3,
+            "selection_threshold": None,
+        },
     }
     assert (await api.post("/v1/streams", json=body)).status_code == 201
     return name
@@ -112,3 +120,32 @@ async def test_a_round_of_an_epoch_left_behind_commits_nothing(api: Api) -> None
     result = await selection.select_tables(ctx=api.ctx, name=name, epoch=2)
     assert result["selected"] == [] and "stale" in str(result["reason"])
     assert [t for t in await _tables(api, name) if t["reason"] == "selected"] == []
+
+
+async def test_concurrent_rounds_that_pick_nothing_record_one_outcome(api: Api) -> None:
+    """⊥ commits no table, so the rounds are serialised by its event: six rounds of one epoch
+    that all pick ⊥ (a threshold no score reaches) record one ``nothing_selected``, and a rerun
+    finds it (a second draw could otherwise pick a table: two outcomes of one round)."""
+    name = unique("racenone")
+    body = {
+        "name": name,
+        "features": [{"name": f} for f in FEATURES],
+        "labels": ["0", "1"],
+        "hot_windows": 1,
+        "sketch": {"width": 256, "depth": 2},
+        "max_tables": MAX_TABLES,
+        "privacy": {"mechanism": "none", "epsilon_selection": 1.0, "selection_threshold": 64},
+    }
+    assert (await api.post("/v1/streams", json=body)).status_code == 201
+    await _window(api, name, np.random.default_rng(6))
+    assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
+    results = await asyncio.gather(
+        *[selection.select_tables(ctx=api.ctx, name=name, epoch=2) for _ in range(6)]
+    )
+    reasons = sorted(str(r["reason"]) for r in results)
+    assert reasons.count("nothing picked") == 1 and reasons.count("done") == 5, results
+    async with api.ctx.sessionmaker() as session:
+        stream = await streams.get(session=session, name=name)
+        assert await repository.round_epochs(session, stream.id) == {2}
+    again = await selection.select_tables(ctx=api.ctx, name=name, epoch=2)
+    assert again == {"selected": [], "reason": "done"}
