@@ -7,7 +7,7 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,7 @@ class BatchResult:
     count_encoder: float | None
     n_columns: int
     n_columns_full: int
+    runs: dict[str, list[float]] = field(default_factory=dict)  # seconds, per repeat
 
 
 def _baselines(counted: ClickLog, served: ClickLog, say: Say) -> dict[str, Callable[[], object]]:
@@ -157,4 +158,5 @@ def bench_featurize(n: int, repeats: int, say: Say, *, baselines: bool = True) -
         count_encoder=med("count_encoder"),
         n_columns=len(fz_cat.columns),
         n_columns_full=len(fz_full.columns),
+        runs=runs,
     )

@@ -9,7 +9,7 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ Say = Callable[[str], None]
 
 @dataclass
 class HttpResult:
-    latency: dict[str, list[float]]
+    latency: dict[str, list[float]]  # every repeat's latencies, pooled (the CDF plot)
     ingest: list[dict[str, float]]
     xadd: list[dict[str, float]]
     trainset: list[dict[str, float]]
@@ -42,14 +42,22 @@ class HttpResult:
     batch: int
     hot_bytes: float = float("nan")  # Redis memory of the hot window's stream, per row
     cols_bytes: float = float("nan")  # ... of its counted runs by column, per row
+    latency_runs: list[dict[str, list[float]]] = field(default_factory=list)  # per repeat
 
 
 def bench_http(
-    http_rows: int, batch: int, requests: int, repeats: int, bound: float, say: Say
+    http_rows: int,
+    batch: int,
+    requests: int,
+    repeats: int,
+    bound: float,
+    say: Say,
+    *,
+    featurize_only: bool = False,
 ) -> HttpResult:
     """Ingest (count period, window 1) against XADD, the latency of featurize against the
     no-op after the roll, then the train set of a filled hot window (window 2) against
-    XRANGE."""
+    XRANGE. ``featurize_only``: the count period ingested untimed, then the latency only."""
     data_dir = Path(tempfile.mkdtemp(prefix="selectivity-speed-"))
     say(f"http: starting the embedded Redis and the bench server ({data_dir})")
     server = Server(data_dir)
@@ -80,14 +88,15 @@ def bench_http(
             return out
 
         # Count period (window 1): the timed ingest runs, each against raw XADD of its rows.
-        say(f"ingest: {http_rows:,} rows in batches of {batch} vs pipelined XADD")
+        if not featurize_only:
+            say(f"ingest: {http_rows:,} rows in batches of {batch} vs pipelined XADD")
         run(log_of, n, seed)
         b = batch
         run(job_ingest, port, producer, name, n, seed, 0, b, b, bound)  # warm-up, not timed
         run(job_xadd, server.socket, raw_key, n, seed, 0, b, b, bound)
         ingest, xadd = [], []
         per = (http_rows - b) // repeats
-        for r in range(repeats):
+        for r in range(0 if featurize_only else repeats):
             lo, hi = b + r * per, b + (r + 1) * per
             ingest.append(run(job_ingest, port, producer, name, n, seed, lo, hi, b, bound))
             # then until the counting job has counted all of it (its CPU is in the server's)
@@ -109,18 +118,28 @@ def bench_http(
                 f"{1e6 * i['redis_cpu'] / i['rows']:.1f}, client "
                 f"{1e6 * i['client_cpu'] / i['rows']:.1f}"
             )
+        if featurize_only:
+            say(f"ingest: {http_rows - b:,} rows of the count period (not timed)")
+            run(job_ingest, port, producer, name, n, seed, b, http_rows, b, bound)
+            run(job_wait_counted, server.socket, keys.meta(name, 1), keys.hot(name, 1), bound)
         say("roll: window 1 joins the count period")
         api(port, "POST", f"/v1/streams/{name}/roll", admin)
         wait_served(port, model, name)
 
-        say("latency: single-row featurize vs no-op vs healthz, interleaved")
-        latency = run(job_latency, port, model, name, n, seed, requests, bound)
-        say(
-            "latency: p50 featurize {:.2f} ms, no-op {:.2f} ms".format(
-                1e3 * statistics.median(latency["featurize"]),
-                1e3 * statistics.median(latency["noop"]),
+        runs: list[dict[str, list[float]]] = []
+        for r in range(repeats):
+            say(f"latency: repeat {r + 1}/{repeats}: single-row featurize, no-op, interleaved")
+            runs.append(run(job_latency, port, model, name, n, seed, requests, bound, r))
+            p50 = {k: statistics.median(v) for k, v in runs[-1].items()}
+            say(
+                f"latency: p50 featurize {1e3 * p50['featurize']:.3f} ms, no-op "
+                f"{1e3 * p50['noop']:.3f} ms ({p50['featurize'] / p50['noop']:.2f}×), first "
+                f"figures' no-op {1e3 * p50['noop_last']:.3f} ms "
+                f"({p50['featurize'] / p50['noop_last']:.2f}×)"
             )
-        )
+        latency = {k: [x for run_ in runs for x in run_[k]] for k in runs[0]}
+        if featurize_only:
+            return HttpResult(latency, [], [], [], [], batch, latency_runs=runs)
 
         say(f"hot window: ingesting {http_rows:,} rows into window 2 (not timed)")
         run(job_ingest, port, producer, name, n, seed, http_rows, n, b, bound)
@@ -148,7 +167,9 @@ def bench_http(
                 f"Redis {1e6 * t['redis_cpu'] / t['rows']:.1f}, "
                 f"client {1e6 * t['client_cpu'] / t['rows']:.1f}"
             )
-        return HttpResult(latency, ingest, xadd, trainset, xrange, batch, hot_bytes, cols_bytes)
+        return HttpResult(
+            latency, ingest, xadd, trainset, xrange, batch, hot_bytes, cols_bytes, runs
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         server.close()

@@ -12,6 +12,7 @@ import orjson
 import pyarrow as pa
 import redis
 
+from bench.ingestload import Ingest, ingest_bodies
 from service.synthetic import ClickLog, generate
 
 
@@ -29,24 +30,14 @@ def _progress(what: str, done: int, total: int, t0: float) -> None:
 def job_ingest(
     port: int, key: str, stream: str, n: int, seed: int, lo: int, hi: int, batch: int, bound: float
 ) -> dict[str, float]:
-    log = log_of(n, seed)
-    bodies = [
-        orjson.dumps({"observations": log.observations(s, min(s + batch, hi))})
-        for s in range(lo, hi, batch)
-    ]
+    bodies = ingest_bodies(log_of(n, seed), lo, hi, batch)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-    path = f"/v1/streams/{stream}/observations"
+    ingest = Ingest(stream, key)
     rows = 0
     t0, c0 = time.perf_counter(), time.process_time()
     step = max(1, len(bodies) // 4)
     for i, body in enumerate(bodies):
-        conn.request("POST", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 202:
-            raise RuntimeError(f"ingest: {resp.status} {data[:300]!r}")
-        rows += orjson.loads(data)["accepted"]
+        rows += ingest.post(conn, body)
         if (i + 1) % step == 0:
             _progress("ingest rows", rows, hi - lo, t0)
         if time.perf_counter() - t0 > bound:
@@ -102,24 +93,36 @@ def job_xadd(
 
 
 def job_latency(
-    port: int, key: str, stream: str, n: int, seed: int, requests: int, bound: float
+    port: int,
+    key: str,
+    stream: str,
+    n: int,
+    seed: int,
+    requests: int,
+    bound: float,
+    repeat: int = 0,
 ) -> dict[str, list[float]]:
-    """Round-robin single-row requests: featurize, no-op (same body), healthz."""
+    """Round-robin single-row requests: featurize, the no-op (same body), the no-op of the first
+    figures, healthz; each round starts one endpoint later, so no endpoint always follows
+    another. Each repeat draws other rows (featurize has not seen them: its key cache helps no
+    more than it would a client's fresh rows)."""
     log = log_of(n, seed)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, repeat])
     picks = rng.integers(0, len(log), requests + 50).tolist()
     bodies = [orjson.dumps({"rows": log.rows(i, i + 1)}) for i in picks]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     auth = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     endpoints = [
         ("featurize", "POST", f"/v1/streams/{stream}/featurize", True),
-        ("noop", "POST", "/bench/noop", True),
+        ("noop", "POST", f"/v1/streams/{stream}/noop", True),
+        ("noop_last", "POST", "/bench/noop", True),
         ("healthz", "GET", "/healthz", False),
     ]
     out: dict[str, list[float]] = {name: [] for name, *_ in endpoints}
     t0 = time.perf_counter()
     for i, body in enumerate(bodies):
-        for name, method, path, with_body in endpoints:
+        k = i % len(endpoints)
+        for name, method, path, with_body in endpoints[k:] + endpoints[:k]:
             t = time.perf_counter()
             if with_body:
                 conn.request(method, path, body=body, headers=auth)

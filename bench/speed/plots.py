@@ -101,12 +101,19 @@ def plot(
         out.append(Plot("Ratios against targets", p))
     if h is not None:
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        for name, style in (("featurize", "-"), ("noop", "--"), ("healthz", ":")):
+        labels_ = {
+            "featurize": "featurize (1 row, 39 tables)",
+            "noop": "no-op (same route class, key check, body, routing depth)",
+            "noop_last": "first figures' no-op (matched last)",
+            "healthz": "/healthz",
+        }
+        styles = {"featurize": "-", "noop": "--", "noop_last": "-.", "healthz": ":"}
+        for name, style in styles.items():
+            if name not in h.latency:
+                continue
             xs = np.sort(np.asarray(h.latency[name]) * 1e3)
             ys = np.arange(1, len(xs) + 1) / len(xs)
-            label = {"noop": "no-op (same key check and body)", "healthz": "/healthz"}.get(
-                name, "featurize (1 row, 39 tables)"
-            )
+            label = labels_[name]
             ax.plot(xs, ys, style, label=f"{label}: p50 {np.median(xs):.2f} ms")
         ax.set_xscale("log")
         ax.set_xlabel("client-side latency (ms, log scale)")
@@ -131,7 +138,7 @@ def plot(
         if b.count_encoder:
             bars.append(("category_encoders\nCountEncoder", b.rows / b.count_encoder))
         groups.append((f"featurize batch\n{b.rows:,} rows × 26 categorical", bars))
-    if h is not None:
+    if h is not None and h.ingest:
         groups.append(
             ("ingest", [("HTTP ingest", rate(h.ingest)), ("pipelined\nXADD", rate(h.xadd))])
         )

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
-import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
@@ -36,14 +34,8 @@ async def featurize(
 ) -> Response:
     if body.model_id is not None:
         await models.check_serving(ctx=ctx, name=stream, model_id=body.model_id)
-    out = await service.featurize(ctx=ctx, name=stream, rows=list(body.rows))
-    matrix: np.ndarray = out["rows"]
-    nan = np.isnan(matrix)
-    rows = np.where(nan, None, matrix).tolist() if nan.any() else matrix  # type: ignore[call-overload]
-    payload = {"epoch": out["epoch"], "columns": out["columns"], "rows": rows}
-    return Response(
-        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
-    )
+    out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
+    return Response(service.featurize_json(out), media_type="application/json")
 
 
 @router.get(

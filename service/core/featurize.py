@@ -17,7 +17,9 @@ A table over features (f1, ..., fk) is named ``f1+...+fk``.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -126,9 +128,28 @@ def _distinct_codes(values: Sequence[object], tagged: bool) -> tuple[list[int], 
     return codes, list(memo)
 
 
+def _first_codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
+    """``_distinct_codes(values, tagged=False)``, with the codes as an int64 array. The dict is
+    filled by ``map`` over ``dict.setdefault``, so no Python bytecode runs per value (a value
+    maps to the position where it first occurs); the positions then become the dense
+    first-seen codes with one gather (less time than a list comprehension and an ``asarray``
+    of its list)."""
+    n = len(values)
+    memo: dict[object, int] = {}
+    first = np.fromiter(map(memo.setdefault, values, itertools.count()), np.int64, n)
+    dense = np.empty(n, np.int64)
+    dense[np.fromiter(memo.values(), np.int64, len(memo))] = np.arange(len(memo))
+    return dense[first], list(memo)
+
+
+_STRING_KINDS = frozenset({str, type(None)})
+_NUMBER_KINDS = frozenset({bool, int, float})
+
+
 def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
     """Codes and canonical keys of one feature's values (``canonical_value`` of every value,
-    computed once per distinct value; numeric columns bucketised with one ``searchsorted``)."""
+    computed once per distinct value; numeric columns bucketised with one ``searchsorted``;
+    the usual categorical column, strings and nulls, keyed without a call per value)."""
     n = len(values)
     if isinstance(values, np.ndarray) and values.dtype == object:
         values = values.tolist()  # iterating a list is much faster than an object array
@@ -137,22 +158,29 @@ def encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
         if fast is not None:
             return fast
     try:
-        codes, distinct = _distinct_codes(values, tagged=False)
-        if spec.kind != "numeric" and all(u.__class__ is str for u in distinct):
-            keys = [u.encode() for u in distinct]  # type: ignore[attr-defined]  # all str
-            return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys)
-        if spec.kind != "numeric" and any(
-            u.__class__ is bool or (u.__class__ in (int, float) and (u == 0 or u == 1))
-            for u in distinct
+        codes, distinct = _first_codes(values)
+        kinds = set(map(type, distinct))
+        if spec.kind != "numeric" and kinds <= _STRING_KINDS:
+            # canonical_value of a str is its UTF-8, of None MISSING
+            keys = [MISSING if u is None else u.encode() for u in distinct]  # type: ignore[attr-defined]
+            return Encoded(codes, keys)
+        if (
+            spec.kind != "numeric"
+            and not kinds.isdisjoint(_NUMBER_KINDS)
+            and any(
+                u.__class__ is bool or (u.__class__ in (int, float) and (u == 0 or u == 1))
+                for u in distinct
+            )
         ):  # a bool and the number it equals may have merged: keep them apart (a numeric
             # feature buckets True as 1.0, so there they share a key anyway)
-            codes, distinct = _distinct_codes(values, tagged=True)
+            tagged, distinct = _distinct_codes(values, tagged=True)
+            codes = np.asarray(tagged, dtype=np.int64).reshape(n)
     except TypeError:  # unhashable; validation forbids it, be safe anyway
         memo: dict[bytes, int] = {}
-        codes = [memo.setdefault(canonical_value(v, spec), len(memo)) for v in values]
-        return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), list(memo))
+        by_key = [memo.setdefault(canonical_value(v, spec), len(memo)) for v in values]
+        return Encoded(np.asarray(by_key, dtype=np.int64).reshape(n), list(memo))
     keys = [canonical_value(v, spec) for v in distinct]
-    return Encoded(np.asarray(codes, dtype=np.int64).reshape(n), keys)
+    return Encoded(codes, keys)
 
 
 def _encode_numeric(values: Sequence[object], spec: FeatureSpec) -> Encoded | None:
@@ -259,6 +287,52 @@ def derived_columns(
     pc = np.clip(p, eps, 1.0 - eps)
     logodds = np.log(pc) - np.log1p(-pc)
     return counts, total, p, logodds, backoff.astype(np.float64)
+
+
+def derived_blocks(
+    estimates: Sequence[Sequence[float]],
+    *,
+    prior: Sequence[float],
+    alpha: float,
+    thresholds: Sequence[float],
+) -> list[bytes]:
+    """``derived_columns`` and ``assemble`` of a few keys (one table block of ``column_names``
+    per key, as float64 bytes), computed in Python floats: a numpy call on a handful of values
+    costs more than its arithmetic, several µs each once a request's other work has evicted
+    numpy from the CPU caches (~25 calls: most of a one-row featurize with new keys). Bit for
+    bit ``derived_columns``: the same IEEE operations in the same order (a test pins it on
+    random estimates); the logarithms are numpy's (its SIMD log is not libm's), one call each
+    over all keys, and so is a sum over more than two labels (its order is numpy's)."""
+    n_labels = len(prior)
+    eps = 1e-6
+    top = 1.0 - eps
+    scaled = [alpha * q for q in prior]  # alpha * prior[None, :]
+    counts = [[c if c >= 0.0 else 0.0 for c in row] for row in estimates]  # never -0.0 or NaN
+    if n_labels == 2:
+        totals = [c0 + c1 for c0, c1 in counts]
+    else:
+        table = np.asarray(counts, dtype=np.float64).reshape(len(counts), n_labels)
+        totals = table.sum(axis=1).tolist()
+    probs: list[list[float]] = []
+    clipped: list[float] = []
+    backoff: list[float] = []
+    for row, total, threshold in zip(counts, totals, thresholds, strict=True):
+        off = total < threshold
+        if off:
+            p = list(prior)
+        else:
+            denominator = total + alpha
+            p = [(c + a) / denominator for c, a in zip(row, scaled, strict=True)]
+        probs.append(p)
+        clipped += [eps if q < eps else (top if q > top else q) for q in p]
+        backoff.append(1.0 if off else 0.0)
+    pc = np.asarray(clipped, dtype=np.float64)
+    logodds = (np.log(pc) - np.log1p(-pc)).tolist()
+    pack = struct.Struct(f"{3 * n_labels}d").pack  # native float64, as numpy's
+    return [
+        pack(*row, total, *p[1:], *logodds[k * n_labels + 1 : (k + 1) * n_labels], off)
+        for k, (row, total, p, off) in enumerate(zip(counts, totals, probs, backoff, strict=True))
+    ]
 
 
 def column_names(

@@ -4,6 +4,8 @@ process (``service.features``)."""
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +21,7 @@ from service.core.featurize import (
     canonical_value,
     column_names,
     combine_codes,
+    derived_blocks,
     derived_columns,
     encode_column,
     passthrough_values,
@@ -30,8 +33,40 @@ from service.core.sketch import KeyHasher, estimate_stacked
 ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
 FEW_ROWS = 8  # up to this many rows, featurize key by key (see Featurizer._transform_few)
 # Keys whose derived columns a featurizer keeps for ``_transform_few`` (~150 B a key, all
-# tables together): single-row requests see the same values again and again.
+# tables together), and as many raw values: single-row requests see the same values again
+# and again.
 FEW_CACHE_KEYS = 1 << 15
+
+
+@dataclass
+class DerivedCache:
+    """What ``Featurizer._transform_few`` keeps, per table: ``by_key``, a key's derived columns
+    (its block of ``column_names``, float64 bytes); ``by_value``, the same block by the raw value
+    of a one-feature table, so that a value seen before costs one dict look-up and no
+    canonical form (booleans are never held: True == 1 as a key, but they canonicalise
+    differently). Bounded: when the keys pass ``FEW_CACHE_KEYS``, the tables holding the most
+    are dropped first (the few-valued tables, hit by nearly every row, stay); a table's values
+    are dropped when they pass its share of ``FEW_CACHE_KEYS``."""
+
+    by_key: list[dict[bytes, bytes]]
+    by_value: list[dict[object, bytes]]
+
+    @classmethod
+    def empty(cls, n_tables: int) -> DerivedCache:
+        return cls([{} for _ in range(n_tables)], [{} for _ in range(n_tables)])
+
+    @property
+    def values_per_table(self) -> int:
+        return max(FEW_CACHE_KEYS // max(len(self.by_value), 1), 64)
+
+    def make_room(self, n: int) -> None:
+        """Drop the biggest tables' keys (and values) until ``n`` more keys fit."""
+        held = sum(len(c) for c in self.by_key)
+        while held and held + n > FEW_CACHE_KEYS:
+            j = max(range(len(self.by_key)), key=lambda t: len(self.by_key[t]))
+            held -= len(self.by_key[j])
+            self.by_key[j].clear()
+            self.by_value[j].clear()
 
 
 @dataclass(frozen=True)
@@ -54,8 +89,8 @@ class Featurizer:
     hasher: KeyHasher = field(repr=False, compare=False)
     # per table: its features' specs (``_transform_few``), fixed with the runtime
     table_specs: tuple[tuple[FeatureSpec, ...], ...] = field(default=(), repr=False, compare=False)
-    # per table: key -> its derived columns (float64 bytes), filled by ``_transform_few``
-    derived_cache: list[dict[bytes, bytes]] = field(default_factory=list, repr=False, compare=False)
+    # the derived columns of keys and values seen by ``_transform_few``
+    derived_cache: DerivedCache | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -96,8 +131,8 @@ class Featurizer:
         )
         derived_cache = (
             previous.derived_cache
-            if previous is not None and same_columns
-            else [{} for _ in rt.tables]
+            if previous is not None and same_columns and previous.derived_cache is not None
+            else DerivedCache.empty(len(rt.tables))
         )
         return cls(
             rt=rt,
@@ -178,7 +213,7 @@ class Featurizer:
         )
         n_tab, width = len(rt.tables), derived.shape[1]
         if by_column:
-            out_t = np.empty((n_tab * width + len(raw), n_rows), dtype=np.float64)
+            out_t = _output((n_tab * width + len(raw), n_rows))
             if n_rows and per_table:
                 derived_t = np.ascontiguousarray(derived.T)  # (width, keys): rows are columns
                 for j, e in enumerate(per_table):
@@ -187,14 +222,18 @@ class Featurizer:
             for k, values in enumerate(raw):
                 out_t[n_tab * width + k] = values
             return out_t
-        out = np.empty((n_rows, n_tab * width + len(raw)), dtype=np.float64)
+        out = _output((n_rows, n_tab * width + len(raw)))
         if n_rows and per_table:
             # Block by block: each row's key in every table, then one take of their derived
             # columns, straight into the output when it has no passthrough columns (a 1M-row
             # batch writes ~1 GB: temporaries of that size would double the page faults).
+            # A key's block of derived columns is taken as one opaque item (a void view of
+            # its bytes): a take over rows of a float matrix costs 2-3x as much.
+            item = np.dtype((np.void, width * derived.itemsize))
+            blocks = np.ascontiguousarray(derived).reshape(-1).view(item)
             m = min(ROW_BLOCK, n_rows)
             index = np.empty((m, n_tab), dtype=np.int64)
-            staging = None if not raw else np.empty((m * n_tab, width), dtype=np.float64)
+            staging = None if not raw else np.empty(m * n_tab * width, dtype=np.float64)
             for lo in range(0, n_rows, ROW_BLOCK):
                 hi = min(lo + ROW_BLOCK, n_rows)
                 rows_here = index[: hi - lo]
@@ -202,11 +241,11 @@ class Featurizer:
                     np.add(e.codes[lo:hi], starts[j], out=rows_here[:, j])
                 flat = rows_here.reshape(-1)
                 if staging is None:
-                    target = out[lo:hi].reshape(-1, width)  # a view: out is C-contiguous
-                    np.take(derived, flat, axis=0, out=target, mode="clip")
+                    target = out[lo:hi].reshape(-1).view(item)  # a view: out is C-contiguous
+                    np.take(blocks, flat, out=target, mode="clip")
                 else:
-                    part = staging[: flat.size]
-                    np.take(derived, flat, axis=0, out=part, mode="clip")
+                    part = staging[: flat.size * width]
+                    np.take(blocks, flat, out=part.view(item), mode="clip")
                     out[lo:hi, : n_tab * width] = part.reshape(hi - lo, n_tab * width)
         if raw:
             out[:, n_tab * width :] = np.stack(raw, axis=1)
@@ -216,64 +255,122 @@ class Featurizer:
         """``transform`` of a handful of rows (a featurize request's usual size): the same
         canonical keys, hashes and estimates, without the per-feature encoding arrays, whose
         numpy calls would cost more than the rows. A key's derived columns depend only on the
-        featurizer (its aggregate, thresholds and prior), so they are kept per table
-        (``derived_cache``, up to ``FEW_CACHE_KEYS`` keys, dropped whole when full): a key seen
-        before costs a dict look-up, and only new keys are hashed and estimated."""
+        featurizer (its aggregate, thresholds and prior), so they are kept (``DerivedCache``):
+        a value seen before costs a dict look-up, a key seen before its canonical form and a
+        look-up, and only new keys are hashed and estimated, all in one go. The output is
+        built from the blocks' bytes and the passthrough values in one piece."""
         rt = self.rt
         n, n_tab = len(rows), len(rt.tables)
-        caches = self.derived_cache or [{} for _ in rt.tables]
-        found: list[list[bytes]] = [[b""] * n_tab for _ in range(n)]
-        missing: list[tuple[int, int, bytes]] = []  # (table, row, key)
-        for j, fs in enumerate(self.table_specs or _table_specs(rt)):
-            if len(fs) == 1:
-                one = fs[0]
-                keys = [canonical_value(r.get(one.name), one) for r in rows]
-            else:
-                keys = [SEPARATOR.join(canonical_value(r.get(f.name), f) for f in fs) for r in rows]
-            get = caches[j].get
-            for i, key in enumerate(keys):
-                block = get(key)
-                if block is None:
-                    missing.append((j, i, key))
+        cache = self.derived_cache or DerivedCache.empty(n_tab)
+        by_key, by_value = cache.by_key, cache.by_value
+        room = cache.values_per_table
+        specs = self.table_specs or _table_specs(rt)
+        found: list[bytes] = [b""] * (n * n_tab)  # row by row, table by table
+        missing: list[tuple[int, int, bytes, object]] = []  # (table, place in found, key, value)
+        for i, row in enumerate(rows):
+            get = row.get
+            at = i * n_tab
+            for j, fs in enumerate(specs):
+                if len(fs) == 1:
+                    raw = value = get(fs[0].name)
+                    if raw.__class__ is bool:
+                        value = _NOT_HELD
+                    else:
+                        try:
+                            block = by_value[j].get(raw)
+                        except TypeError:  # unhashable; validation forbids it
+                            value = _NOT_HELD
+                        else:
+                            if block is not None:
+                                found[at + j] = block
+                                continue
+                    key = canonical_value(raw, fs[0])
                 else:
-                    found[i][j] = block
+                    value = _NOT_HELD
+                    key = SEPARATOR.join(canonical_value(get(f.name), f) for f in fs)
+                block = by_key[j].get(key)
+                if block is None:
+                    missing.append((j, at + j, key, value))
+                    continue
+                found[at + j] = block
+                if value is not _NOT_HELD:
+                    _hold(by_value[j], value, block, room)
         if missing:
-            self._derive_missing(missing, caches, found)
-        width = len(self.columns) - len(rt.passthrough)
-        out = np.empty((n, width + len(rt.passthrough)), dtype=np.float64)
-        if n_tab:
-            out[:, :width] = np.frombuffer(
-                b"".join(b for row in found for b in row), dtype=np.float64
-            ).reshape(n, width)
-        for j, name in enumerate(rt.passthrough):
-            out[:, width + j] = [_num(r.get(name)) for r in rows]
-        return out
+            self._derive_missing(missing, cache, found)
+        parts = found
+        if rt.passthrough:
+            packer = struct.Struct(f"{len(rt.passthrough)}d")  # native float64, as numpy's
+            parts = []
+            for i, row in enumerate(rows):
+                get = row.get
+                parts += found[i * n_tab : (i + 1) * n_tab]
+                parts.append(packer.pack(*[_num(get(name)) for name in rt.passthrough]))
+        out = np.frombuffer(bytearray(b"".join(parts)), dtype=np.float64)
+        return out.reshape(n, len(self.columns))
 
     def _derive_missing(
         self,
-        missing: list[tuple[int, int, bytes]],
-        caches: list[dict[bytes, bytes]],
-        found: list[list[bytes]],
+        missing: list[tuple[int, int, bytes, object]],
+        cache: DerivedCache,
+        found: list[bytes],
     ) -> None:
-        """The derived columns of keys not kept yet: hashed, estimated (one gather) and derived
-        together, then kept."""
-        rt, spec = self.rt, self.rt.spec
+        """The derived columns of keys not kept yet: hashed and estimated together (one
+        gather), derived in Python floats (``derived_blocks``: fewer numpy calls), then kept."""
+        rt = self.rt
         tables = rt.tables
-        buckets, signs = self.hasher.hash_many([(tables[j].name, [k]) for j, _, k in missing])
-        at = np.array([j for j, _, _ in missing], dtype=np.int64)
-        est = estimate_stacked(self.cells, self.offsets[at], buckets, signs, spec, checked=False)
-        derived = _per_key_block(
-            est,
-            prior=self.prior,
+        buckets, signs = self.hasher.hash_many([(tables[m[0]].name, [m[2]]) for m in missing])
+        offsets = np.array([self.offset_list[m[0]] for m in missing], dtype=np.int64)
+        est = estimate_stacked(self.cells, offsets, buckets, signs, rt.spec, checked=False)
+        blocks = derived_blocks(
+            est.tolist(),
+            prior=self.prior_list,
             alpha=rt.config.featurize.alpha,
-            threshold=self.thresholds[at],
+            thresholds=[self.threshold_list[m[0]] for m in missing],
         )
-        if sum(len(c) for c in caches) + len(missing) > FEW_CACHE_KEYS:
-            for c in caches:
-                c.clear()
-        for m, (j, i, key) in enumerate(missing):
-            block = derived[m].tobytes()
-            found[i][j] = caches[j][key] = block
+        cache.make_room(len(missing))
+        room = cache.values_per_table
+        for (j, place, key, value), block in zip(missing, blocks, strict=True):
+            found[place] = cache.by_key[j][key] = block
+            if value is not _NOT_HELD:
+                _hold(cache.by_value[j], value, block, room)
+
+    @functools.cached_property
+    def offset_list(self) -> list[int]:
+        return self.offsets.tolist()  # type: ignore[no-any-return]
+
+    @functools.cached_property
+    def threshold_list(self) -> list[float]:
+        return self.thresholds.tolist()  # type: ignore[no-any-return]
+
+    @functools.cached_property
+    def prior_list(self) -> list[float]:
+        return self.prior.tolist()  # type: ignore[no-any-return]
+
+
+_NOT_HELD = object()  # a value ``DerivedCache.by_value`` does not hold (bool, unhashable, pair)
+
+
+def _hold(values: dict[object, bytes], value: object, block: bytes, room: int) -> None:
+    if len(values) >= room:
+        values.clear()
+    values[value] = block
+
+
+# From this size on, outputs are allocated without numpy's transparent-huge-page hint.
+PLAIN_PAGES_FROM = 1 << 24
+
+
+def _output(shape: tuple[int, int]) -> np.ndarray:
+    """An output matrix (float64, C-contiguous, writable). A big one (a 300,000-row batch
+    writes 374 MB) comes from ``calloc`` (a bytearray: fresh zero pages, not written twice)
+    rather than ``np.empty``, which asks the kernel for huge pages: with the common
+    ``transparent_hugepage/defrag = madvise``, faulting those in on fragmented memory stalls in
+    direct compaction, which made the same batch 1.5-2x slower after another job had run
+    (measured here: 2.0-2.45 s against 1.25-1.7 s)."""
+    size = shape[0] * shape[1]
+    if size * 8 < PLAIN_PAGES_FROM:
+        return np.empty(shape, dtype=np.float64)
+    return np.frombuffer(bytearray(size * 8), dtype=np.float64).reshape(shape)
 
 
 def _table_specs(rt: StreamRuntime) -> tuple[tuple[FeatureSpec, ...], ...]:

@@ -37,13 +37,17 @@ TRAINSET_PARALLEL = 2  # chunks featurized at once by one train-set download
 
 async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     served = await pointer.served(ctx, name)
+    stream_rt = await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
     if served is None:
-        await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
         raise Unavailable(f"stream {name!r} has no count period yet; retry shortly")
-    rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(served)
-    cache = ctx.caches.featurizers
-    hit = cache.get(name)
+    cache = ctx.caches.featurizers  # name -> (the stream's runtime, its featurizer)
+    entry = cache.get(name)
+    if entry is not None and entry[0] is stream_rt and entry[1].epoch == served:
+        return entry[1]  # (``counted_at`` is not called again: a loop over the tables)
+    rt = stream_rt.counted_at(served)
+    hit = entry[1] if entry is not None else None
     if hit is not None and hit.epoch == served and hit.rt is rt:
+        cache[name] = (stream_rt, hit)
         return hit
     base: Featurizer
     if hit is not None and hit.epoch == served:
@@ -54,7 +58,7 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
         if entry is not None and entry[0] <= served:
             del ctx.caches.featurizers_ahead[name]
     fz = base if base.rt is rt else Featurizer.build(rt, base.agg, previous=base)
-    cache[name] = fz
+    cache[name] = (stream_rt, fz)
     _load_ahead_soon(ctx, name, served)
     return fz
 
@@ -116,6 +120,14 @@ async def featurize(*, ctx: AppContext, name: str, rows: Sequence[Mapping[str, o
     check_rows(fz.rt, rows, where="rows", max_string=ctx.settings.max_string_length)
     matrix = fz.transform(rows) if len(rows) < 2000 else await asyncio.to_thread(fz.transform, rows)
     return {"epoch": fz.epoch, "columns": fz.columns, "rows": matrix}
+
+
+def featurize_json(out: dict) -> bytes:
+    """``featurize``'s answer as JSON: the matrix written by orjson straight from numpy, a
+    missing passthrough value (NaN) as null, as orjson writes NaN (byte for byte what
+    converting NaN to None first gave, without the object array; a test pins it)."""
+    matrix = np.ascontiguousarray(out["rows"])  # (orjson takes C-contiguous arrays only)
+    return orjson.dumps({**out, "rows": matrix}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 Format = Literal["arrow", "parquet", "ndjson"]
