@@ -111,16 +111,34 @@ SENSITIVITY = 0.05
 TAU = 0.15
 
 
+def _candidates() -> list:
+    return [cand(f"a{f}", float(g)) for f, g in zip("bcde", SCORES, strict=True)]
+
+
+def _draws(candidates: list, *, k: int, epsilon: float) -> Counter:
+    """How often each outcome (the picked groups in order; () for ⊥ first) comes up over
+    TRIALS rounds of CSPRNG draws."""
+    return Counter(
+        tuple(
+            c.group
+            for c in select(
+                candidates=candidates,
+                k=k,
+                epsilon=epsilon,
+                sensitivity=SENSITIVITY,
+                threshold=TAU,
+            )
+        )
+        for _ in range(TRIALS)
+    )
+
+
 def test_one_pick_with_nothing_follows_the_exponential_mechanism() -> None:
     """P(i) ∝ exp(ε u_i / 2Δ) and P(⊥) ∝ m·exp(ε τ / 2Δ) (m = 4 stop outcomes at τ), over
     CSPRNG draws: β = 0.1, so the weights are e^0 … e^3 and 4·e^1.5 for ⊥."""
     epsilon = 1.0
-    candidates = [cand(f"a{f}", float(g)) for f, g in zip("bcde", SCORES, strict=True)]
-    counts = Counter(
-        tuple(c.group for c in select(candidates=candidates, k=1, epsilon=epsilon,
-                                      sensitivity=SENSITIVITY, threshold=TAU))
-        for _ in range(TRIALS)
-    )  # fmt: skip
+    candidates = _candidates()
+    counts = _draws(candidates, k=1, epsilon=epsilon)
     outcomes = [(c.group,) for c in candidates] + [()]
     observed = np.array([counts[o] for o in outcomes])
     assert observed.sum() == TRIALS
@@ -137,12 +155,8 @@ def test_two_picks_with_nothing_follow_peeling_stopped_at_nothing() -> None:
     τ + β·log m), stopped at ⊥: P(()) = p⊥, P((i,)) = p_i·p⊥/(1 − p_i),
     P((i, j)) = p_i·p_j/(1 − p_i)."""
     epsilon = 2.0
-    candidates = [cand(f"a{f}", float(g)) for f, g in zip("bcde", SCORES, strict=True)]
-    counts = Counter(
-        tuple(c.group for c in select(candidates=candidates, k=2, epsilon=epsilon,
-                                      sensitivity=SENSITIVITY, threshold=TAU))
-        for _ in range(TRIALS)
-    )  # fmt: skip
+    candidates = _candidates()
+    counts = _draws(candidates, k=2, epsilon=epsilon)
 
     def expected(beta: float) -> dict[tuple, float]:
         p = softmax(np.append(SCORES, TAU + beta * math.log(len(SCORES))) / beta)

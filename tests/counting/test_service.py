@@ -12,6 +12,7 @@ import pytest
 
 from service.core import counting as counting_math
 from service.core.featurize import row_keys, table_keys
+from service.core.runtime import StreamRuntime
 from service.core.sketch import aggregate_increments, hash_keys
 from service.counting import service as counting
 from service.ingest.schemas import IngestIn
@@ -106,6 +107,16 @@ async def test_lua_applies_exactly_the_batch_increments(
     assert prior_of(cells["_prior"]).tolist() == [450, 450]
 
 
+def _assert_counted_exactly(rt: StreamRuntime, cells: dict, observations: list[dict]) -> None:
+    """Every table's cells are exactly the increments of ``observations`` (no noise)."""
+    _, ops, _ = batch_ops(rt, IngestIn.model_validate({"observations": observations}))
+    for t, packed in zip(rt.tables, ops, strict=False):
+        idx, deltas = counting_math.unpack_ops(packed)
+        want = np.zeros(rt.spec.cells, np.int64)
+        want[idx] = deltas
+        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+
+
 @pytest.mark.parametrize(
     ("dense_ratio", "ops_max"),
     [(0, 10**9), (10**9, 10**9), (0, 40)],
@@ -164,12 +175,7 @@ async def test_accepted_rows_are_counted_once_by_racing_and_crashing_counters(
     cells = await window_cells(api.ctx, name, 1)
     every = [o for batch in batches for o in batch]
     assert prior_of(cells["_prior"]).tolist() == [300, 300]
-    _, ops, _ = batch_ops(rt, IngestIn.model_validate({"observations": every}))
-    for t, packed in zip(rt.tables, ops, strict=False):
-        idx, deltas = counting_math.unpack_ops(packed)
-        want = np.zeros(rt.spec.cells, np.int64)
-        want[idx] = deltas
-        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    _assert_counted_exactly(rt, cells, every)
     assert await counting.count_window(ctx=api.ctx, rt=rt, window=1) == 0
     left = [k async for k in api.ctx.redis.scan_iter(match=f"*{{{name}:1}}:stage:*")]
     staged = dense_ratio > 0 or ops_max < 10**9
@@ -208,12 +214,7 @@ async def test_a_staging_key_lost_before_the_compare_and_set_recounts_the_run(
     assert lost == 1
     cells = await window_cells(api.ctx, name, 1)
     assert prior_of(cells["_prior"]).tolist() == [25, 25]
-    _, ops, _ = batch_ops(rt, IngestIn.model_validate({"observations": batch}))
-    for t, packed in zip(rt.tables, ops, strict=False):
-        idx, deltas = counting_math.unpack_ops(packed)
-        want = np.zeros(rt.spec.cells, np.int64)
-        want[idx] = deltas
-        assert np.array_equal(prior_of(cells[t.name]), want), t.name
+    _assert_counted_exactly(rt, cells, batch)
     assert not [k async for k in api.ctx.redis.scan_iter(match=f"*{{{name}:1}}:stage:*")]
 
 
