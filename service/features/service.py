@@ -63,7 +63,10 @@ async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     return fz
 
 
-AHEAD_POLL_SECONDS = 0.5
+# how often a process that serves a stream looks for the next epoch's aggregate (two small
+# reads): the loading (0.3-0.6 s at 100 tables) then starts within this of the aggregate being
+# built, so it ends before the roll unless the roll follows the build by less than ~0.7 s
+AHEAD_POLL_SECONDS = 0.1
 
 
 def _loading(ctx: AppContext, name: str, epoch: int) -> asyncio.Task[Featurizer]:

@@ -8,9 +8,10 @@ run completes the first's work without doing any of it twice. They run in the wo
 in the process that rolled.
 
 - ``windows_prepare_next``: noise-initialise the tables of window epoch + 1 ahead of the next
-  roll (a no-op once it is prepared or open), and, with ``hot_windows`` ≥ 2, build the
-  count-period aggregate the next roll will serve (``windows.build_next``), so that the roll
-  moves ``served`` at once.
+  roll (a no-op once it is prepared or open), and, with ``hot_windows`` ≥ 2, count the
+  window that enters the count period at the next roll to its end (the roll left the tail of
+  the window it closed here) and build the count-period aggregate the next roll will serve
+  (``build_next``), so that the roll moves ``served`` at once.
 - ``selection_round``: DP count-table selection on the hot period that just closed
   (``service.selection``; its commit holds the stream lock and re-checks the free slots).
 - ``reference_refresh``: train and score this epoch's reference model (the previous one was
@@ -28,6 +29,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
+from service.core.runtime import StreamRuntime
+from service.counting import service as counting
 from service.db.models import FollowUp, Stream
 from service.lifecycle.expire import FOLLOW_UP_MAX_ATTEMPTS, expire
 from service.models import service as models
@@ -115,13 +118,26 @@ async def enqueue_pending(ctx: AppContext) -> int:
     return new
 
 
+async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
+    """The roll's follow-up ahead of the roll to ``epoch`` + 1 (``hot_windows`` ≥ 2): count the
+    window that enters the count period then to its end (the roll to ``epoch`` left the tail
+    of the window it closed here), then build the aggregate that roll will serve
+    (``windows.build_next``). A second run finds both done."""
+    if rt.config.hot_windows < 2 or await ctx.stores.windows.epoch(rt.name) != epoch:
+        return False
+    entering = rt.count_period(epoch + 1)[1]
+    if entering >= 1:
+        await counting.count_window(ctx=ctx, rt=rt, window=entering)
+    return await windows.build_next(ctx=ctx, rt=rt, epoch=epoch)
+
+
 async def _work(ctx: AppContext, kind: str, name: str, stream_id: int, epoch: int) -> Any:
     if kind == "windows_prepare_next":
         if await ctx.stores.windows.epoch(name) != epoch:
             return {"prepared": False, "reason": "the stream moved on"}
         rt = await streams.runtime(ctx=ctx, name=name)
         prepared = await windows.prepare(ctx=ctx, rt=rt, epoch=epoch + 1)
-        built = await windows.build_next(ctx=ctx, rt=rt, epoch=epoch)
+        built = await build_next(ctx=ctx, rt=rt, epoch=epoch)
         return {"prepared": prepared, "aggregate_built": built}
     if kind == "selection_round":
         return await selection.select_tables(ctx=ctx, name=name, epoch=epoch)

@@ -83,13 +83,14 @@ async def roll(
         mark("pointed")
         await store.set_state(name, previous, "closed")
         mark("closed")
-        if await windows.aggregate_ready(ctx=ctx, rt=rt, epoch=target):
+        ahead = await windows.aggregate_ready(ctx=ctx, rt=rt, epoch=target)
+        if ahead:
             # built ahead by the previous roll's follow-up (hot_windows ≥ 2): featurize moves
             # to the new epoch now, with ingest, not after the closed window is counted
             await store.set_served(name, target)
             pointer.moved(ctx, name, target)
             mark("served")
-        await count_closed(ctx=ctx, rt=rt, epoch=target)
+        await count_closed(ctx=ctx, rt=rt, epoch=target, entering_only=ahead)
         mark("counted")
         await windows.update_aggregate(ctx=ctx, rt=rt, epoch=target)
         pointer.moved(ctx, name, target)
@@ -127,10 +128,17 @@ async def roll(
         return target
 
 
-async def count_closed(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> None:
+async def count_closed(
+    *, ctx: AppContext, rt: StreamRuntime, epoch: int, entering_only: bool = False
+) -> None:
     """Count every closed window of the hot period of ``epoch`` and the window that just left
     it to its end (they take no more entries): a window's tables are complete before they
-    join the count period, and its hot data is counted before it can be deleted."""
+    join the count period, and its hot data is counted before it can be deleted.
+    ``entering_only`` (the aggregate of ``epoch`` was built ahead): only the window that just
+    left the hot period (a no-op unless the follow-up that counts it did not run); the
+    windows still hot, among them the one the roll closed, are counted by the roll's
+    follow-up (``followups.build_next``) or at the latest by the roll they leave the hot period
+    at, so the roll does not wait for the tail of the window it closes."""
     lo, hi = rt.hot_period(epoch)
-    for w in range(max(lo - 1, 1), hi):
+    for w in range(max(lo - 1, 1), lo if entering_only else hi):
         await counting.count_window(ctx=ctx, rt=rt, window=w)

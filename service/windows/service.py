@@ -108,8 +108,9 @@ async def build_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> 
     stored already. Incrementally, ``agg(e) = agg(e−1) + entering − leaving`` (sketches are
     linear), or summed afresh when agg(e−1) is missing: one flat array, one MGET per window,
     O(tables), not O(data). Every window of the count period must be counted to its end
-    (closed, and counted by the roll that closed it): the roll calls this after ``count_closed``,
-    and ``build_next`` only for a window that closed a roll earlier."""
+    (closed, and counted): the roll calls this after ``count_closed``, and
+    ``lifecycle.followups.build_next`` after counting the entering window, which closed a roll
+    earlier."""
     if await aggregate_ready(ctx=ctx, rt=rt, epoch=epoch):
         return False
     store = ctx.stores.windows
@@ -141,8 +142,9 @@ async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
     """Ahead of the roll to ``epoch`` + 1 (a follow-up of the roll to ``epoch``): build the
     aggregate that roll will serve, so that the roll itself only moves the ``served`` pointer.
     Possible when ``hot_windows`` ≥ 2: the window that enters the count period at the next
-    roll, ``epoch + 1 − hot_windows``, closed at the roll to ``epoch`` or earlier and that roll
-    counted it to its end (closed windows take no entries). With one hot window the entering
+    roll, ``epoch + 1 − hot_windows``, closed at the roll to ``epoch`` or earlier; the
+    caller counts it to its end first (closed windows take no entries; the roll that closed
+    it leaves its tail to ``lifecycle.followups.build_next``). With one hot window the entering
     window is the open one, so the roll builds the aggregate itself. False when there is
     nothing to do (one hot window, built already, or the stream moved on: then the roll that
     moved it built it)."""

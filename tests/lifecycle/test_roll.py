@@ -128,6 +128,36 @@ async def test_with_two_hot_windows_the_roll_serves_an_aggregate_built_ahead(
     assert ahead is not None and ahead.windows == [5, 6]
 
 
+async def test_a_roll_serving_ahead_leaves_the_closed_windows_tail_to_its_follow_up(
+    api: Api, jobs: Jobs
+) -> None:
+    """hot_windows = 2: a roll that serves an aggregate built ahead does not wait to count the
+    window it closes; the roll's follow-up counts it to its end before it builds the next
+    aggregate (which holds every row of it), and when no follow-up runs, the roll at which the
+    window enters the count period counts it: either way every row is counted once."""
+    for follow_up in (True, False):
+        name = await new_stream(api, "win", hot_windows=2)
+        ctx = api.ctx
+        store, counts = ctx.stores.windows, ctx.stores.counting
+        await ingest(api, name, [obs("alice", "x", 20, "1")] * 2)
+        await lifecycle_roll.roll(ctx=ctx, name=name)  # to 2
+        await jobs()  # builds the aggregate of epoch 3 (window 1)
+        assert await ingest(api, name, [obs("alice", "x", 20, "1")] * 3) == 2
+        marks: list[str] = []
+        await lifecycle_roll.roll(ctx=ctx, name=name, step=marks.append)  # to 3, served ahead
+        assert "served" in marks
+        assert await counts.counted(name, 2) != await store.hot_last_id(name, 2)
+        if follow_up:
+            await jobs()
+            assert await counts.counted(name, 2) == await store.hot_last_id(name, 2)
+            ahead = await store.read_agg(name, 4)
+            assert ahead is not None and ahead.windows == [1, 2]
+        # (without the follow-up nothing is built ahead, so the roll to 4 counts window 2)
+        await lifecycle_roll.roll(ctx=ctx, name=name)  # to 4: count period windows 1 and 2
+        out = await featurize(api, name, [{"user": "alice", "item": "x", "age": 20}])
+        assert out["epoch"] == 4 and column(out, "user:count:1")[0] == 5.0, follow_up
+
+
 async def test_with_one_hot_window_nothing_is_built_ahead(api: Api, jobs: Jobs) -> None:
     """hot_windows = 1: the window entering the count period is the one the roll closes, so
     the roll builds the aggregate itself after counting it."""
