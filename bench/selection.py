@@ -3,24 +3,24 @@ when, and the reference model's progressive-validation quality with and without 
 candidate score.
 
 `selectivity bench selection [--quick] [--replays R] [--arms A,B,…]`: per replay, streams replay
-the same ratings in time order through the service (in process, embedded Redis:
-``bench.harness``) with forced rolls: one without selection (the baseline, measured in the same
-run) and one per arm: `mi` / `aic` run a selection round at every roll of the schedule (the
-rolls to epochs 2 … 5: `selection_rounds` defaults to the 4 free slots) with `epsilon_selection
-= 1` and that `selection_score`, one group per round (`-k2`, `-k4`: that many groups per round,
-ε_sel split among them), with the default `selection_threshold` 0 (the public outcome "add no
-table", as one outcome of score 0 per candidate); `aic-fill` without that outcome (every round
-picks, the rule before it existed), `aic-t1e-3` with the threshold at 1e-3 nats per padded
-record (3.7 noise scales β = 2Δ/ε_sel here); `fixed:a+b/c+d` runs no selection but counts the
-listed groups as features from the first window on (each group's values joined into one
-categorical feature): an upper bound on what selecting those groups could give, without the two
-windows between a pick and its first count. After every roll the follow-ups the worker would run
-(selection round, reference model) are run. All streams use the same noise settings; each draws
-its own noise (CSPRNG), so a replay's ratio carries the noise of two streams, and the figure is
-the mean over replays with its standard error. A group picked at the first round (roll to epoch
-2) is counted from window 4 and featurizes from epoch 6 (epoch e's count period ends at window e
-− 2), so the figure averages epochs ≥ 6; epochs 4-5 (the earlier figure's start) can differ only
-by noise."""
+the same ratings in time order through the service (in process, embedded Redis: ``bench.harness``)
+with forced rolls: one without selection (the baseline, measured in the same run) and one per arm:
+`mi` / `aic` run a selection round at every roll of the schedule (the rolls to epochs 2 … 5:
+`selection_rounds` defaults to the 4 free slots) with `epsilon_selection = 1` and that
+`selection_score`, one group per round (`-k2`, `-k4`: that many groups per round, ε_sel split among
+them), with the default `selection_threshold` 0 and `selection_margin` 3 (the public outcome "add
+no table", as one outcome of score 0 + 3β per candidate); `aic-fill` without that outcome (every
+round picks, the rule before it existed), `aic-m0` with the threshold and no margin (the rule
+before the margin), `aic-t1e-3` with the threshold at 1e-3 nats per padded record (3.7 noise scales
+β = 2Δ/ε_sel here) and the margin; `fixed:a+b/c+d` runs no selection but counts the listed groups
+as features from the first window on (each group's values joined into one categorical feature): an
+upper bound on what selecting those groups could give, without the two windows between a pick and
+its first count. After every roll the follow-ups the worker would run (selection round, reference
+model) are run. All streams use the same noise settings; each draws its own noise (CSPRNG), so a
+replay's ratio carries the noise of two streams, and the figure is the mean over replays with its
+standard error. A group picked at the first round (roll to epoch 2) is counted from window 4 and
+featurizes from epoch 6 (epoch e's count period ends at window e − 2), so the figure averages
+epochs ≥ 6; epochs 4-5 (the earlier figure's start) can differ only by noise."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from typing import Any
 from bench import movielens
 from bench.harness import Config, InProcess
 from bench.report import Plot, Table, append_section, plot_path, pyplot
+from service.core.streamconfig import PrivacyIn
 
 EPSILON = 5.0  # per-window table budget of every stream (selection's effect is the point here)
 # arm name -> (epsilon_selection, selection_score, groups_per_round, selection_threshold);
@@ -47,11 +48,15 @@ ARMS: dict[str, tuple[float, str, int, float | None]] = {
     "aic": (1.0, "aic", 1, 0.0),
     "aic-fill": (1.0, "aic", 1, None),  # no "add no table" outcome: every round picks
     "aic-t1e-3": (1.0, "aic", 1, 1e-3),
+    "aic-m0": (1.0, "aic", 1, 0.0),  # the threshold without the margin (the rule before it)
     "aic-k4": (1.0, "aic", 4, 0.0),  # every free slot offered at the first round, ε_sel/4 each
     "mi-k2": (1.0, "mi", 2, 0.0),
     "mi-k4": (1.0, "mi", 4, 0.0),
 }
 DEFAULT_ARMS = ("mi", "aic")
+# arm -> privacy.selection_margin where it is not the stream default
+DEFAULT_MARGIN = PrivacyIn.model_fields["selection_margin"].default
+MARGINS = {"aic-m0": 0.0}
 FREE_SLOTS = 4  # max_tables = features + 1 (the prior) + 4, the same in every arm
 FIXED = "fixed:"  # arm "fixed:a+b/c+d": no selection, the pairs counted as features from window 1
 
@@ -136,6 +141,7 @@ async def replay(
                         "groups_per_round": per_round,
                         "selection_score": score,
                         "selection_threshold": threshold,
+                        "selection_margin": MARGINS.get(arm, DEFAULT_MARGIN),
                     },
                 }
                 await svc.call("POST", "/streams", "admin", 201, json=body)
@@ -317,6 +323,7 @@ def main(argv: list[str]) -> None:
                 + "; ".join(
                     f"'{a}' score {ARMS[a][1]}, {ARMS[a][2]} group(s) per round, threshold "
                     f"{'none (every round picks)' if ARMS[a][3] is None else ARMS[a][3]}"
+                    + ("" if ARMS[a][3] is None else f", margin {MARGINS.get(a, DEFAULT_MARGIN)}")
                     if a in ARMS
                     else f"'{a}' no selection, the groups counted as features from window 1"
                     for a in arms

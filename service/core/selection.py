@@ -190,6 +190,19 @@ scores exactly 0; one of pure noise features slightly below 0 in a hot period fa
   every gain is within the noise of 0.
 * Without a threshold (``None``) every round picks ``k'`` groups, the behaviour before.
 
+The margin (``privacy.selection_margin``)
+----------------------------------------
+At ``τ`` alone a round whose candidates all score about ``τ`` (every group useless) still
+picks one half of the time: ``P(⊥ first) = 1/2`` at ``u_i = τ``.  The margin ``c`` (in noise
+scales ``β``, public) gives ⊥ the score ``τ + β·(c + log m)``, so with every ``u_i <= τ``
+
+    P(a pick) = Σ_i e^{u_i/β} / (m·e^{τ/β + c} + Σ_i e^{u_i/β}) <= 1/(1 + e^c),
+
+4.7 % at the default ``c = 3`` (a lower confidence bound on the gain, in the mechanism's own
+noise), while a candidate ``δ`` above ``τ`` is likelier than ⊥ once ``δ > β·(c + log m)``.  The
+margin is a public constant like ``τ``: privacy as above.  Measured on MovieLens: ``τ = 0``
+alone picked 3-4 groups a stream that did not help (``BENCHMARKS.md``).
+
 What is private
 ---------------
 Only the picked GROUPS (and their order, and whether the round stopped at ⊥) are ε-DP
@@ -591,6 +604,17 @@ def _check_threshold(threshold: object) -> float | None:
     return float(threshold)
 
 
+MARGIN_MAX = 32.0
+
+
+def _check_margin(margin: object) -> float:
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+        raise TypeError(f"margin must be a real number, got {margin!r}")
+    if not 0 <= margin <= MARGIN_MAX:
+        raise ValueError(f"margin must be in [0, {MARGIN_MAX:g}] noise scales, got {margin=}")
+    return float(margin)
+
+
 def select(
     *,
     candidates: Sequence[Candidate],
@@ -599,6 +623,7 @@ def select(
     sensitivity: float,
     gumbel: GumbelSource | None = None,
     threshold: float | None = None,
+    margin: float = 0.0,
 ) -> list[Candidate]:
     """Up to ``k`` distinct candidates by one-shot Gumbel top-k: ε-DP in total.
 
@@ -615,11 +640,14 @@ def select(
     returned, so ``[]`` when ⊥ comes first.  ⊥'s score depends on public numbers only
     (sensitivity 0), so the round stays ε-DP at the same β (module docstring, "Picking
     nothing").  τ is in the units of the gains passed (for :func:`select_round`, the padded
-    scores) and must not depend on the data.
+    scores) and must not depend on the data.  ``margin`` c (noise scales, ≥ 0) raises ⊥'s
+    score to ``τ + β·(c + log m)``: when no candidate scores above τ a round picks with
+    probability at most ``1/(1 + e^c)`` (module docstring, "The margin").
     """
     k = _check_int("k", k, minimum=0)
     eps = _check_epsilon(epsilon)
     tau = _check_threshold(threshold)
+    margin = _check_margin(margin)
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, numbers.Real):
         raise TypeError(f"sensitivity must be a real number, got {sensitivity!r}")
     if not (math.isfinite(sensitivity) and sensitivity > 0):
@@ -631,7 +659,8 @@ def select(
     if eps == 0 or picks == 0:
         return []
     scale = 2.0 * picks * float(sensitivity) / eps
-    stop = [] if tau is None else [tau + scale * math.log(len(candidates))]  # m outcomes at τ
+    # m outcomes at τ + β·c
+    stop = [] if tau is None else [tau + scale * (margin + math.log(len(candidates)))]
     scores = [c.gain for c in candidates] + stop
     draw = csprng_gumbel if gumbel is None else gumbel
     noise = np.asarray(draw(len(scores)), dtype=np.float64)
@@ -670,6 +699,7 @@ def select_round(
     gumbel: GumbelSource | None = None,
     score: str = "mi",
     threshold: float | None = None,
+    margin: float = 0.0,
 ) -> list[Candidate]:
     """One selection round (docs/ARCHITECTURE.md, "Count-table selection"): the new groups to
     count (from the window after next on: ``service.selection``).
@@ -687,7 +717,8 @@ def select_round(
     configuration passes its ``privacy.selection_score`` (default "aic"). ``threshold``: the
     score of the public outcome ⊥ (:func:`select`), in the units of the padded scores; ``[]``
     is then also the outcome "⊥ first" (the stream configuration's
-    ``privacy.selection_threshold``, default 0).
+    ``privacy.selection_threshold``, default 0); ``margin``: ⊥'s extra score in noise scales
+    (``privacy.selection_margin``, default 3).
     """
     score = _check_score(score)
     max_tables = _check_int("max_tables", max_tables, minimum=1)
@@ -720,6 +751,7 @@ def select_round(
         sensitivity=sensitivity,
         gumbel=gumbel,
         threshold=threshold,
+        margin=margin,
     )
     exact = {c.group: c for c in candidates}
     return [exact[c.group] for c in picked]

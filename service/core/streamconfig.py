@@ -96,6 +96,18 @@ class PrivacyIn(Strict):
             "fills its picks"
         ),
     )
+    selection_margin: float = Field(
+        default=3.0,
+        ge=0,
+        le=32,
+        description=(
+            "selection: how many noise scales β of the round's exponential mechanism a "
+            "candidate must beat selection_threshold by: 'add no table' scores τ + β·(margin + "
+            "log m), so a round in which no candidate scores above τ picks a table with "
+            "probability at most 1/(1 + e^margin) (4.7 % at 3; 50 % at 0); public, no "
+            "privacy cost (service.core.selection, 'The margin')"
+        ),
+    )
     selection_rounds: int | None = Field(
         default=None,
         ge=1,

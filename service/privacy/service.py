@@ -83,6 +83,7 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "groups_per_round": p.groups_per_round,
         "score": p.selection_score,
         "threshold": p.selection_threshold,
+        "margin": p.selection_margin,
     }
     per_obs = [
         table_part(

@@ -110,6 +110,7 @@ def _round(
     min_records: int,
     score: str,
     threshold: float | None,
+    margin: float,
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The round itself (process pool); returns (group, base) pairs only — never the gains;
     ``[]`` is the outcome ⊥."""
@@ -124,6 +125,7 @@ def _round(
         min_records=min_records,
         score=score,
         threshold=threshold,
+        margin=margin,
     )
     return [(c.group, c.base) for c in picks]
 
@@ -179,6 +181,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
         privacy.min_records,
         privacy.selection_score,
         privacy.selection_threshold,
+        privacy.selection_margin,
     )
     first_epoch = epoch + 2
     async with stream_lock(ctx, name), ctx.sessionmaker() as session, session.begin():
@@ -219,6 +222,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
             data |= {"tables": added, "first_epoch": first_epoch}
         else:  # ⊥ first (the picks are never names of tables that exist: same table set)
             data["threshold"] = privacy.selection_threshold
+            data["margin"] = privacy.selection_margin
         await events_repo.add_event(
             session,
             StreamEvent(

@@ -150,6 +150,40 @@ def test_one_pick_with_nothing_follows_the_exponential_mechanism() -> None:
     assert stats.chisquare(observed, TRIALS * wrong).pvalue < ALPHA
 
 
+def test_the_margin_makes_a_pick_among_useless_candidates_rare() -> None:
+    """Every candidate scores exactly τ (none is useful): without a margin a round picks half
+    the time; with margin c, ⊥ scores τ + β·(c + log m) and a round picks with probability
+    1/(1 + e^c) (4.7 % at c = 3), over CSPRNG draws."""
+    candidates = [cand(f"a{f}", TAU) for f in "bcdefghijk"]
+    for margin, want in ((0.0, 0.5), (3.0, 1 / (1 + math.e**3))):
+        picked = sum(
+            bool(
+                select(
+                    candidates=candidates,
+                    k=1,
+                    epsilon=1.0,
+                    sensitivity=SENSITIVITY,
+                    threshold=TAU,
+                    margin=margin,
+                )
+            )
+            for _ in range(TRIALS)
+        )
+        assert stats.binomtest(picked, TRIALS, want).pvalue > ALPHA, (margin, picked)
+        # power: the other margin's rate is rejected
+        other = 0.5 if margin else 1 / (1 + math.e**3)
+        assert stats.binomtest(picked, TRIALS, other).pvalue < ALPHA, (margin, picked)
+
+
+def test_the_margin_is_checked() -> None:
+    args = {"candidates": _candidates(), "k": 1, "epsilon": 1.0, "sensitivity": SENSITIVITY}
+    for bad in (-0.1, 33.0, math.nan):
+        with pytest.raises(ValueError, match="margin must be in"):
+            select(**args, threshold=TAU, margin=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="margin must be a real number"):
+        select(**args, threshold=TAU, margin=True)  # type: ignore[arg-type]
+
+
 def test_two_picks_with_nothing_follow_peeling_stopped_at_nothing() -> None:
     """k = 2 at ε = 2: peeling over candidates ∪ {⊥} with ε/2 each (β = 0.1; ⊥ of score
     τ + β·log m), stopped at ⊥: P(()) = p⊥, P((i,)) = p_i·p⊥/(1 − p_i),
