@@ -1,14 +1,18 @@
 """The pages (docs/ARCHITECTURE.md, "HTTP API", "Who uses it"): the privacy officer's console
 (streams, break glass, audit log), the annotator page and the curator dashboard ("Annotation
 queues"), the k-anonymisation page, and Swagger UI at ``/docs``: static HTML and JavaScript
-served by the API, no build step, nothing loaded from another host (Swagger UI's assets come
-from the ``fastapi-offline`` package, not a CDN). The pages hold no secrets: the user types an
-API key, kept in the tab's sessionStorage and sent as a Bearer header to the /v1 endpoints. A
-strict Content-Security-Policy allows only this origin's scripts, and the scripts write text
-from the API with ``textContent`` only, so a released example cannot inject markup."""
+served by the API, no build step (the navigation and the console's sign-in form are written
+once, ``static/_*.html``, and filled in when a page is served), nothing loaded from another host
+(Swagger UI's assets come from the ``fastapi-offline`` package, not a CDN). The pages hold no
+secrets: the user types an API key, kept in the tab's sessionStorage and sent as a Bearer header
+to the /v1 endpoints. A strict Content-Security-Policy allows only this origin's scripts, and
+the scripts write text from the API with ``textContent`` only, so a released example cannot
+inject markup."""
 
 from __future__ import annotations
 
+import functools
+import re
 from importlib.resources import files
 
 from fastapi import APIRouter, Path
@@ -39,6 +43,9 @@ CONSOLE = {
     "break-glass": "console-breakglass.html",
     "audit": "console-audit.html",
 }
+# the pieces every page shares, written once: ``<!--#include NAME-->`` in a page stands for
+# ``_NAME.html``; the navigation marks the page's own link with aria-current
+INCLUDE = re.compile(r"<!--#include (nav|signin)-->\n")
 SWAGGER = files("fastapi_offline").joinpath("static")
 SWAGGER_TYPES = {
     "swagger-ui-bundle.js": "text/javascript",
@@ -59,19 +66,37 @@ def _page(name: str, media_type: str) -> Response:
     return Response(STATIC.joinpath(name).read_bytes(), media_type=media_type, headers=HEADERS)
 
 
+@functools.cache
+def _html(name: str, page: str) -> bytes:
+    """Page ``name`` with its includes filled in, its own link (``data-page``) marked
+    current."""
+    text = INCLUDE.sub(
+        lambda m: STATIC.joinpath(f"_{m.group(1)}.html").read_text("utf-8"),
+        STATIC.joinpath(name).read_text("utf-8"),
+    )
+    mark = f'data-page="{page}">'
+    if text.count(mark) != 1:
+        raise RuntimeError(f"{name}: no single navigation link for page {page!r}")
+    return text.replace(mark, f'data-page="{page}" aria-current="page">').encode()
+
+
+def _html_page(name: str, page: str) -> Response:
+    return Response(_html(name, page), media_type="text/html; charset=utf-8", headers=HEADERS)
+
+
 @router.get("/ui/annotate")
 async def annotator_page() -> Response:
-    return _page("annotator.html", "text/html; charset=utf-8")
+    return _html_page("annotator.html", "annotate")
 
 
 @router.get("/ui/curate")
 async def curator_page() -> Response:
-    return _page("curator.html", "text/html; charset=utf-8")
+    return _html_page("curator.html", "curate")
 
 
 @router.get("/ui/anonymize")
 async def anonymize_page() -> Response:
-    return _page("anonymize.html", "text/html; charset=utf-8")
+    return _html_page("anonymize.html", "anonymize")
 
 
 @router.get("/ui/static/{name}")
@@ -85,7 +110,7 @@ async def static(name: str = Path(max_length=40)) -> Response:
 @router.get("/ui/")
 @router.get("/ui")
 async def console_home() -> Response:
-    return _page("console.html", "text/html; charset=utf-8")
+    return _html_page("console.html", "home")
 
 
 @router.get("/ui/console/{name}")
@@ -93,7 +118,7 @@ async def console_page(name: str = Path(max_length=20)) -> Response:
     page = CONSOLE.get(name)
     if page is None:
         raise NotFound(f"no console page {name!r}; there are {sorted(CONSOLE)}")
-    return _page(page, "text/html; charset=utf-8")
+    return _html_page(page, name)
 
 
 @router.get("/docs")
