@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 
-from service import cli_audit, cli_coldstore, cli_http, cli_plan, demo, resources
+from service import cli_audit, cli_coldstore, cli_db, cli_http, cli_plan, demo, resources
 from service.admin import service as keys
 from service.admin.service import bootstrap_admin
 from service.app import create_app
@@ -19,6 +19,7 @@ from service.audit import service as audit
 from service.config import Settings
 from service.db.migrate import upgrade
 from service.db.session import make_engine, make_sessionmaker
+from service.errors import ServiceError
 from service.privacy.schemas import KAnonIn
 from service.privacy.service import calculate
 from service.reference import report
@@ -39,11 +40,22 @@ def _private_files() -> None:
     os.umask(resources.PRIVATE_UMASK)
 
 
+def _secure_data_dir(s: Settings) -> None:
+    """``resources.secure_data_dir``, or exit with one line naming the path it cannot create."""
+    try:
+        resources.secure_data_dir(s)
+    except OSError as exc:
+        sys.exit(
+            f"error: cannot create {exc.filename or s.data_dir} ({exc.strerror or exc}); "
+            "check SELECTIVITY_DATA_DIR, SELECTIVITY_COLDSTORE_DIR and SELECTIVITY_DATABASE_URL"
+        )
+
+
 def cmd_migrate(_: argparse.Namespace) -> None:
     """Apply migrations, then create the bootstrap admin key if there is no admin yet."""
     _private_files()
     s = _settings()
-    resources.secure_data_dir(s)
+    _secure_data_dir(s)
     upgrade(s.resolved_database_url)
     print("migrations applied")
 
@@ -100,7 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     _port_free(args.host, port)
     _private_files()
     s = _settings()
-    resources.secure_data_dir(s)
+    _secure_data_dir(s)
     if not args.no_migrate:
         upgrade(s.resolved_database_url)
     mode = "embedded Redis" if s.embedded_redis else "external Redis"
@@ -137,7 +149,7 @@ def cmd_create_key(args: argparse.Namespace) -> None:
     s = _settings()
 
     async def main() -> str:  # keys live in SQL only: no Redis needed
-        engine = make_engine(s.resolved_database_url)
+        engine = cli_db.engine(s.resolved_database_url)
         try:
             sessionmaker = make_sessionmaker(engine, s)
             async with sessionmaker() as session, session.begin():
@@ -161,7 +173,7 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
     s = _settings()
 
     async def fetch():  # type: ignore[no-untyped-def]
-        engine = make_engine(s.resolved_database_url)
+        engine = cli_db.engine(s.resolved_database_url)
         try:
             async with make_sessionmaker(engine)() as session:
                 return await reference.quality(session=session, name=args.stream, limit=10_000)
@@ -170,8 +182,8 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
 
     try:
         q = asyncio.run(fetch())
-    except Exception as exc:  # NotFound and friends: a clear line, not a traceback
-        sys.exit(f"error: {getattr(exc, 'detail', exc)}")
+    except ServiceError as exc:  # NotFound and friends: a clear line, not a traceback
+        sys.exit(f"error: {exc.detail}")
     out = args.out or f"quality-{args.stream}.png"
     report.plot_quality(q, out)
     scored = [p for p in q.epochs if p.log_loss is not None]
@@ -274,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")
     bp.set_defaults(fn=cmd_bench)
     args = p.parse_args(argv)
-    with cli_http.reported_errors(getattr(args, "url", None)):  # a line, not a traceback
+    # a line, not a traceback, when the server or the database cannot be used
+    with cli_http.reported_errors(getattr(args, "url", None)), cli_db.reported_errors():
         args.fn(args)
 
 

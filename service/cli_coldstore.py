@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from service import cli_db
 from service.audit import service as audit
 from service.cli_http import checked, http_client
 from service.coldstore.service import KeyExists, init_key
 from service.config import Settings
-from service.db.session import make_engine, make_sessionmaker
+from service.db.session import make_sessionmaker
 
 T = TypeVar("T")
 
@@ -32,7 +33,7 @@ def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
         sys.exit(f"configuration error: {exc}")
 
     async def main() -> T:
-        engine = make_engine(s.resolved_database_url)
+        engine = cli_db.engine(s.resolved_database_url)
         try:
             return await fn(make_sessionmaker(engine, s))
         finally:
@@ -107,6 +108,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> None:
     except audit.AuditSetupError as exc:
         sys.exit(f"error: {exc}")
     except SQLAlchemyError as exc:
+        if cli_db.describe(exc, None) is not None:
+            raise  # the database cannot be used at all: service.cli_db says why
         sys.exit(f"error: cannot read the audit log ({type(exc).__name__}): is it migrated?")
     if not v.ok:
         where = f"TAMPERED: entry {v.first_bad_seq}" if v.first_bad_seq else "FAILED"

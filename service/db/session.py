@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from service.config import Settings
@@ -32,7 +35,49 @@ def sync_url(url: str) -> str:
     return url.replace("+aiosqlite", "")
 
 
+class DatabaseURLError(ValueError):
+    """A database URL that names no database the service can open: malformed, of an unknown
+    kind, or whose driver is not installed. The message shows the URL with its password
+    masked."""
+
+
+EXAMPLE_URLS = "postgresql://user:password@host:5432/db or sqlite:////path/to/selectivity.db"
+
+
+def masked_url(url: str) -> str:
+    """``url`` fit for a message or a log: its password replaced by ``***`` (SQLAlchemy's
+    rendering); when it does not parse, everything before its last ``@`` but the scheme."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return re.sub(r"^([A-Za-z][\w+.-]*://)?.*@", lambda m: f"{m[1] or ''}***@", url, flags=re.S)
+
+
+def check_url(url: str) -> None:
+    """Raise ``DatabaseURLError`` unless ``url`` (a configured URL, as ``async_url`` takes it)
+    parses, names a known kind of database and its driver is installed: a clear error before
+    any connection is tried, instead of the parser's or an import's traceback."""
+    shown = masked_url(url)
+    try:
+        dialect = make_url(async_url(url)).get_dialect()
+    except NoSuchModuleError:
+        kind = url.split(":", 1)[0]
+        raise DatabaseURLError(
+            f"unknown kind of database {kind!r} in {shown!r} (expected {EXAMPLE_URLS})"
+        ) from None
+    except (ArgumentError, ValueError):  # not a URL; a port that is not a number
+        raise DatabaseURLError(f"not a database URL: {shown!r} (expected {EXAMPLE_URLS})") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise DatabaseURLError(
+            f"the driver of {shown!r} is not installed ({exc}); expected {EXAMPLE_URLS}"
+        ) from None
+
+
 def make_engine(url: str) -> AsyncEngine:
+    """An engine on ``url`` (``DatabaseURLError`` when it names no database it can open)."""
+    check_url(url)
     engine = create_async_engine(async_url(url), pool_pre_ping=True)
     if engine.dialect.name == "sqlite":
 
