@@ -81,9 +81,10 @@ class Settings(BaseSettings):
     # this long after its creation; from a stream's hot period, after at most one window
     # (window_seconds), when the oldest hot rows it is made of may have left the hot period.
     anonymization_ttl_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
-    # BLAS and OpenMP threads a re-identification audit's computation may use. Its training
-    # steps are small matrix products: on a shared machine more threads only contend with the
-    # API and the counting job (docs/ARCHITECTURE.md, "Re-identification audits").
+    # BLAS and OpenMP threads a re-identification audit's, a k-anonymised release's and an iML
+    # question's computation may use (service.core.threads). An audit's training steps are small
+    # matrix products: on a shared machine more threads only contend with the API and the
+    # counting job (docs/ARCHITECTURE.md, "Re-identification audits").
     audit_threads: int = Field(default=1, ge=1, le=256)
 
     @field_validator("webhook_allow")

@@ -3,10 +3,11 @@
 
 ``create`` checks the request, stores its spec (and inline rows) in Redis and enqueues
 ``anonymize_run`` keyed by the run's id; ``run`` (the job) reads the rows, clusters them in a
-worker thread while a throttled writer records the core's progress, and stores the released
-table; ``get`` and ``result`` read them back. The algorithm is deterministic, so a run that
-crashed (a lost worker: SAQ runs the job again) simply starts over; a run already done is not
-redone.
+worker thread (BLAS and OpenMP on ``Settings.audit_threads`` threads, as an audit's:
+``service.core.threads``) while a throttled writer records the core's progress, and stores the
+released table; ``get`` and ``result`` read them back. The algorithm is deterministic, so a run
+that crashed (a lost worker: SAQ runs the job again) simply starts over; a run already done is
+not redone.
 
 Lifetime. Every key of a run expires ``SELECTIVITY_ANONYMIZATION_TTL_SECONDS`` (default one day)
 after its creation; for a stream source at most ``window_seconds`` after it, because the
@@ -49,6 +50,7 @@ from service.anonymize.store import AnonymizationStore
 from service.context import AppContext
 from service.core.hierarchy import parse_hierarchy
 from service.core.sangreea import QuasiIdentifier, SangreeaResult, anonymize, normalise_weights
+from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
 from service.streams import service as streams
 
@@ -103,7 +105,7 @@ async def create(*, ctx: AppContext, body: AnonymizationCreate) -> tuple[str, di
         "keep": body.keep,
     }
     expires_at_ms = int((time.time() + ttl) * 1000)
-    await _store(ctx).create(a, spec=spec, rows=rows, expires_at_ms=expires_at_ms)
+    await _store(ctx).create(a, spec=spec, data=rows, expires_at_ms=expires_at_ms)
     await ctx.jobs.enqueue("anonymize_run", key=f"anonymize:{a}", timeout=3600, id=a)
     audit = {
         "source": source,
@@ -219,14 +221,17 @@ def release_table(
 
 
 def _compute(
-    columns: dict[str, list[Any]], spec: Mapping[str, Any], progress: list[float]
+    columns: dict[str, list[Any]], spec: Mapping[str, Any], progress: list[float], threads: int
 ) -> tuple[dict[str, Any], bytes]:
+    """The release, in a worker thread; the job has limited BLAS to ``threads`` threads, and
+    this thread's OpenMP is limited here (``service.core.threads``)."""
     started = time.perf_counter()
 
     def tick(p: float) -> None:
         progress[0] = p
 
-    res = anonymize(columns, _qis(spec), int(spec["k"]), spec["weights"], progress=tick)
+    with openmp_limited(threads):
+        res = anonymize(columns, _qis(spec), int(spec["k"]), spec["weights"], progress=tick)
     table = release_table(res, columns, spec["keep"])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -266,14 +271,18 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
         else:
             columns, _ = await _stream_columns(ctx, spec["source"].split(":", 1)[1], wanted)
         progress = [0.0]
-        work = asyncio.ensure_future(asyncio.to_thread(_compute, columns, spec, progress))
-        written = 0.0
-        while not work.done():
-            await asyncio.wait([work], timeout=PROGRESS_SECONDS)
-            if progress[0] != written and not work.done():
-                written = progress[0]
-                await store.set_progress(a, written)
-        summary, result = work.result()
+        threads = ctx.settings.audit_threads
+        with blas_limited(threads):  # the process's limit: set from this thread (core.threads)
+            work = asyncio.ensure_future(
+                asyncio.to_thread(_compute, columns, spec, progress, threads)
+            )
+            written = 0.0
+            while not work.done():
+                await asyncio.wait([work], timeout=PROGRESS_SECONDS)
+                if progress[0] != written and not work.done():
+                    written = progress[0]
+                    await store.set_progress(a, written)
+            summary, result = work.result()
     except ValueError as exc:  # the core's and the reader's messages name columns, never values
         await store.finish(
             a, expires_at_ms=expires_at_ms, summary=None, result=None, error=str(exc)
@@ -331,11 +340,13 @@ IML_SESSION_SECONDS = 3600
 and no longer than one window of a stream source (see the module docstring)."""
 
 
-def _ask(state: dict[str, Any]) -> tuple[dict[str, Any], WeightsSessionOut]:
-    """Cluster the sample with the current weights and pose the next row's question."""
+def _ask(state: dict[str, Any], threads: int) -> tuple[dict[str, Any], WeightsSessionOut]:
+    """Cluster the sample with the current weights and pose the next row's question, in a
+    worker thread (OpenMP limited here, BLAS by the caller: ``_asked``)."""
     columns = state["columns"]
     names = [q["name"] for q in state["spec"]["quasi_identifiers"]]
-    res = anonymize(columns, _qis(state["spec"]), int(state["spec"]["k"]), state["weights"])
+    with openmp_limited(threads):
+        res = anonymize(columns, _qis(state["spec"]), int(state["spec"]["k"]), state["weights"])
     n = len(res.cluster)
     r = state["answered"] % n
     row = {c: columns[c][r] for c in names}
@@ -358,6 +369,15 @@ def _ask(state: dict[str, Any]) -> tuple[dict[str, Any], WeightsSessionOut]:
         question=Question(row=row, clusters=views),
     )
     return state, out
+
+
+async def _asked(
+    ctx: AppContext, state: dict[str, Any]
+) -> tuple[dict[str, Any], WeightsSessionOut]:
+    """``_ask`` off the event loop, on the computations' threads (``Settings.audit_threads``)."""
+    threads = ctx.settings.audit_threads
+    with blas_limited(threads):  # the process's limit: set from the event loop's thread
+        return await asyncio.to_thread(_ask, state, threads)
 
 
 async def start_weights(*, ctx: AppContext, body: WeightsSessionCreate) -> WeightsSessionOut:
@@ -396,7 +416,7 @@ async def start_weights(*, ctx: AppContext, body: WeightsSessionCreate) -> Weigh
         "expires_at": int((time.time() + ttl) * 1000),
     }
     try:
-        state, out = await asyncio.to_thread(_ask, state)
+        state, out = await _asked(ctx, state)
     except ValueError as exc:  # the core's messages name columns and counts, never values
         raise ValidationError(str(exc)) from None
     await _store(ctx).save_session(
@@ -415,6 +435,6 @@ async def answer_weights(*, ctx: AppContext, session: str, choice: int) -> Weigh
     d = np.asarray(q["d"])
     state["weights"] = iml.update(state["weights"], q["names"], d[choice], d[1 - choice])
     state["answered"] += 1
-    state, out = await asyncio.to_thread(_ask, state)
+    state, out = await _asked(ctx, state)
     await _store(ctx).save_session(session, orjson.dumps(state), expires_at_ms=state["expires_at"])
     return out

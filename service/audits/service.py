@@ -5,7 +5,7 @@ an attacker who holds the records and reads a class-level release recovers of th
 ``create`` checks the request, stores its spec (and inline records) in Redis and enqueues
 ``reidentification_run`` keyed by the audit's id; ``run`` (the job) builds the records and the
 release, runs ``service.core.pu.audit`` in a worker thread (BLAS and OpenMP on
-``Settings.audit_threads`` threads: ``service.audits.threads``) while a throttled writer records
+``Settings.audit_threads`` threads: ``service.core.threads``) while a throttled writer records
 its progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
 latest finished audit for its privacy ledger. A run that crashed (a lost worker: SAQ runs the
 job again) starts over; a run already done is not redone.
@@ -50,9 +50,9 @@ from service.audits.schemas import (
     AuditOut,
 )
 from service.audits.store import AuditStore
-from service.audits.threads import blas_limited, openmp_limited
 from service.context import AppContext
 from service.core import pu
+from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
 from service.features import service as features
 from service.streams import service as streams
@@ -264,7 +264,7 @@ def _compute(
     threads: int,
 ) -> dict[str, Any]:
     """The audit, in a worker thread; the job has limited BLAS to ``threads`` threads, and this
-    thread's OpenMP is limited here (``service.audits.threads``)."""
+    thread's OpenMP is limited here (``service.core.threads``)."""
 
     def tick(p: float, stage: str) -> None:
         if stop.is_set():  # a thread cannot be cancelled: it stops at its next progress report
@@ -336,7 +336,7 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
         progress: list[Any] = [0.0, "starting"]
         stop = threading.Event()
         threads = ctx.settings.audit_threads
-        with blas_limited(threads):  # the process's limit: set from this thread (threads.py)
+        with blas_limited(threads):  # the process's limit: set from this thread (core.threads)
             work = asyncio.ensure_future(
                 asyncio.to_thread(_compute, inp, spec, progress, stop, threads)
             )

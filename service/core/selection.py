@@ -610,9 +610,10 @@ MARGIN_MAX = 32.0
 def _check_margin(margin: object) -> float:
     if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
         raise TypeError(f"margin must be a real number, got {margin!r}")
-    if not 0 <= margin <= MARGIN_MAX:
+    value = float(margin)
+    if not 0 <= value <= MARGIN_MAX:
         raise ValueError(f"margin must be in [0, {MARGIN_MAX:g}] noise scales, got {margin=}")
-    return float(margin)
+    return value
 
 
 def select(

@@ -1,6 +1,7 @@
-"""The audits' thread limits (``service.audits.threads``). The BLAS limit is the process's and
-is set from the jobs' thread: overlapping audits keep it until the last one ends, in whatever
-order they end, and the computations' threads run under it. The OpenMP limit is per thread."""
+"""The heavy computations' thread limits (``service.core.threads``). The BLAS limit is the
+process's and is set from the jobs' thread: overlapping computations keep it until the last one
+ends, in whatever order they end, and the computations' threads run under it. The OpenMP limit
+is per thread."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np  # noqa: F401  (loads OpenBLAS, whose limit is checked)
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from service.audits.threads import blas_limited, openmp_limited
+from service.core.threads import blas_limited, openmp_limited
 
 
 def _threads(user_api: str) -> set[int]:

@@ -1,18 +1,22 @@
-"""The thread limit of an audit's computation (``Settings.audit_threads``, default 1).
+"""The thread limit of the service's heavy computations (``Settings.audit_threads``, default 1):
+a re-identification audit (``service.audits``) and a k-anonymised release or an iML question
+(``service.anonymize``), so that one heavy job does not take every core from the API and the
+counting job on a shared machine.
 
-The attacks' training steps are small matrix products: with BLAS's default of one thread per
+The audits' training steps are small matrix products: with BLAS's default of one thread per
 core they run no faster on a shared 2-core machine (a linear step was 20× slower), and their
-threads contend with the API and the counting job for the same cores.
+threads contend with the API and the counting job for the same cores. SaNGreeA's numpy work is
+mostly element-wise, but whatever BLAS or OpenMP it reaches is held to the same limit.
 
 ``threadpoolctl`` sets the limits, which differ in scope, hence two context managers:
 
-- ``blas_limited``, entered by the job on the event loop's thread: the BLAS libraries' limit
-  (OpenBLAS on pthreads, as numpy's and scipy's wheels ship it; MKL; BLIS) is the process's.
-  threadpoolctl lets one thread at a time set it (the first to do so; the others are ignored
-  silently), so it is set from the thread every job runs on, not from the computations'
-  threads. While any audit runs, every BLAS call of the process (an embedded-mode API
-  included) is limited; the limit found before is restored when the last running audit ends
-  (audits may overlap, and end in any order).
+- ``blas_limited``, entered on the event loop's thread (the job's, or the request's): the BLAS
+  libraries' limit (OpenBLAS on pthreads, as numpy's and scipy's wheels ship it; MKL; BLIS) is
+  the process's. threadpoolctl lets one thread at a time set it (the first to do so; the others
+  are ignored silently), so it is set from the thread every job runs on, not from the
+  computations' threads. While any limited computation runs, every BLAS call of the process
+  (an embedded-mode API included) is limited; the limit found before is restored when the last
+  running one ends (they may overlap, and end in any order).
 - ``openmp_limited``, entered in the computation's own thread: an OpenMP runtime's limit (and an
   OpenMP-built OpenBLAS's) is the calling thread's, so each computation sets and restores its
   own."""
@@ -27,11 +31,11 @@ from typing import Any
 
 from threadpoolctl import ThreadpoolController
 
-log = logging.getLogger("selectivity.audits")
+log = logging.getLogger("selectivity.threads")
 
 _lock = threading.Lock()
 _running = 0
-_restore: Any = None  # the first running audit's limiter: it restores the limits found before
+_restore: Any = None  # the first running computation's limiter: it restores the limits found
 
 
 def _check(threads: int) -> None:
@@ -41,8 +45,8 @@ def _check(threads: int) -> None:
 
 @contextmanager
 def blas_limited(threads: int) -> Iterator[None]:
-    """BLAS on at most ``threads`` threads in the whole process until the last audit that
-    entered this block leaves it. Enter it on the job's thread (the event loop's)."""
+    """BLAS on at most ``threads`` threads in the whole process until the last computation that
+    entered this block leaves it. Enter it on the event loop's thread."""
     global _running, _restore
     _check(threads)
     with _lock:
