@@ -25,11 +25,25 @@ def available() -> bool:
     return all((DATA / f"{n}.parquet").is_file() for n in ("ratings", "users", "items"))
 
 
+# what determines what: a user's attributes are the user's, a movie's genres the movie's (the
+# stream's public "of" declarations: selection offers no group a table already determines)
+OF = {
+    "age": "user_id",
+    "gender": "user_id",
+    "occupation": "user_id",
+    "zip3": "user_id",
+    "genres": "movie_id",
+}
+
+
 def stream_features() -> list[dict[str, Any]]:
     return [
-        {"name": f, "kind": "numeric", "buckets": list(AGE_BUCKETS)}
-        if f == "age"
-        else {"name": f, "kind": "categorical"}
+        (
+            {"name": f, "kind": "numeric", "buckets": list(AGE_BUCKETS)}
+            if f == "age"
+            else {"name": f, "kind": "categorical"}
+        )
+        | ({"of": OF[f]} if f in OF else {})
         for f in FEATURES
     ]
 

@@ -136,7 +136,9 @@ class Sketching:
         return self.features == tuple(movielens.FEATURES)
 
     def stream_features(self) -> list[dict[str, Any]]:
-        return [f for f in movielens.stream_features() if f["name"] in self.features]
+        kept = [f for f in movielens.stream_features() if f["name"] in self.features]
+        # an "of" declaration only towards a feature the stream has
+        return [{k: v for k, v in f.items() if k != "of" or v in self.features} for f in kept]
 
     def privacy_body(self, privacy: Privacy) -> dict[str, Any]:
         weights = dict(self.weights)

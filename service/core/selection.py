@@ -485,11 +485,30 @@ def _normalise_tables(
     return out
 
 
+def _determined(
+    table: tuple[str, ...], features: Sequence[str], attributes: Mapping[str, str]
+) -> set[str]:
+    """The features a table's key determines: its own and every (transitive) attribute of them
+    (``attributes``: feature -> the feature it is an attribute of, the stream's ``of``)."""
+    out = set(table)
+    for f in features:
+        parent = attributes.get(f)
+        while parent is not None and f not in out:
+            if parent in table:
+                out.add(f)
+            parent = attributes.get(parent)
+    return out
+
+
 def _candidate_bases(
-    tables: list[tuple[str, ...]], features: Sequence[str]
+    tables: list[tuple[str, ...]],
+    features: Sequence[str],
+    attributes: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
     """Candidate group -> its bases: every (normalised) table whose features are a proper subset
-    of the group's.  Groups are the tables extended by one feature that are not tables."""
+    of the group's.  Groups are the tables extended by one feature that are not tables, nor
+    determined by one (``attributes``: the stream's public "of" declarations: a group all of
+    whose features a table's key determines would count what that table counts, coarser)."""
     existing = set(tables)
     groups = {
         tuple(sorted((*table, feature)))
@@ -497,16 +516,23 @@ def _candidate_bases(
         for feature in features
         if feature not in table
     } - existing
+    if attributes:
+        closures = [_determined(t, features, attributes) for t in tables]
+        groups = {g for g in groups if not any(set(g) <= c for c in closures)}
     return {g: sorted(t for t in tables if set(t) < set(g)) for g in sorted(groups)}
 
 
 def candidate_groups(
-    *, tables: Sequence[tuple[str, ...]], features: Sequence[str]
+    *,
+    tables: Sequence[tuple[str, ...]],
+    features: Sequence[str],
+    attributes: Mapping[str, str] | None = None,
 ) -> list[tuple[str, ...]]:
     """The candidate groups of a round, sorted: a public function of the table and feature
-    names (no data), so a round with none may stop before reading anything."""
+    names and the stream's "of" declarations (no data), so a round with none may stop before
+    reading anything."""
     names = {f: None for f in features}
-    return list(_candidate_bases(_normalise_tables(tables, names), sorted(names)))
+    return list(_candidate_bases(_normalise_tables(tables, names), sorted(names), attributes))
 
 
 def score_candidates(
@@ -516,6 +542,7 @@ def score_candidates(
     n_labels: int,
     tables: Sequence[tuple[str, ...]],
     score: str = "mi",
+    attributes: Mapping[str, str] | None = None,
 ) -> list[Candidate]:
     """Every group that extends an existing table by one feature, with its score (nats).
 
@@ -538,7 +565,7 @@ def score_candidates(
         if not isinstance(name, str):
             raise TypeError(f"feature names must be str, got {name!r}")
     norm = _normalise_tables(tables, columns)
-    bases = _candidate_bases(norm, sorted(columns))
+    bases = _candidate_bases(norm, sorted(columns), attributes)
     if not bases:
         return []
 
@@ -701,6 +728,7 @@ def select_round(
     score: str = "mi",
     threshold: float | None = None,
     margin: float = 0.0,
+    attributes: Mapping[str, str] | None = None,
 ) -> list[Candidate]:
     """One selection round (docs/ARCHITECTURE.md, "Count-table selection"): the new groups to
     count (from the window after next on: ``service.selection``).
@@ -719,7 +747,9 @@ def select_round(
     score of the public outcome ⊥ (:func:`select`), in the units of the padded scores; ``[]``
     is then also the outcome "⊥ first" (the stream configuration's
     ``privacy.selection_threshold``, default 0); ``margin``: ⊥'s extra score in noise scales
-    (``privacy.selection_margin``, default 3).
+    (``privacy.selection_margin``, default 3); ``attributes``: the stream's "of" declarations
+    (feature -> the feature it is an attribute of), which leave out the groups a table already
+    determines (:func:`candidate_groups`).
     """
     score = _check_score(score)
     max_tables = _check_int("max_tables", max_tables, minimum=1)
@@ -740,7 +770,12 @@ def select_round(
         _normalise_tables(tables, columns)  # still reject malformed input
         return []
     candidates = score_candidates(
-        columns=columns, labels=y, n_labels=n_labels, tables=tables, score=score
+        columns=columns,
+        labels=y,
+        n_labels=n_labels,
+        tables=tables,
+        score=score,
+        attributes=attributes,
     )
     weight = padded_weight(n=y.size, min_records=min_records)
     scored = [replace(c, gain=weight * c.gain) for c in candidates]

@@ -35,6 +35,16 @@ class FeatureIn(Strict):
         description="numeric only: strictly increasing bucket edges",
     )
     passthrough: bool = Field(default=False, description="numeric only: also emit the raw value")
+    of: str | None = Field(
+        default=None,
+        pattern=FEATURE_PATTERN,
+        description=(
+            "the feature this one is an attribute of, when a value of that one determines this "
+            "one's (a user's age is 'of' user_id, a movie's genres 'of' movie_id): selection "
+            "then never offers a group whose counts a table already holds, coarser (public: "
+            "the names only)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> FeatureIn:
@@ -218,6 +228,16 @@ class StreamCreate(Strict):
             raise ValueError("labels must be distinct")
         if self.privacy.user_key is not None and self.privacy.user_key not in names:
             raise ValueError(f"privacy.user_key {self.privacy.user_key!r} is not a feature")
+        for f in self.features:  # attributes: of another feature, no cycle
+            seen = [f.name]
+            parent = f.of
+            while parent is not None:
+                if parent not in names:
+                    raise ValueError(f"features: {f.name!r} is 'of' {parent!r}, not a feature")
+                if parent in seen:
+                    raise ValueError(f"features: 'of' makes a cycle: {' -> '.join(seen)}")
+                seen.append(parent)
+                parent = self.features[names.index(parent)].of
         unknown = sorted(set(self.privacy.table_weights) - set(names))
         if unknown:
             raise ValueError(f"privacy.table_weights: {unknown} are not features")

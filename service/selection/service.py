@@ -111,6 +111,7 @@ def _round(
     score: str,
     threshold: float | None,
     margin: float,
+    attributes: dict[str, str],
 ) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The round itself (process pool); returns (group, base) pairs only — never the gains;
     ``[]`` is the outcome ⊥."""
@@ -126,6 +127,7 @@ def _round(
         score=score,
         threshold=threshold,
         margin=margin,
+        attributes=attributes,
     )
     return [(c.group, c.base) for c in picks]
 
@@ -166,7 +168,9 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
     if epoch in recorded:
         return {"selected": [], "reason": "done"}
     groups = [tuple(sorted(t.features)) for t in rt.tables]
-    if not candidate_groups(tables=groups, features=[f.name for f in rt.features]):
+    attributes = {f.name: f.of for f in cfg.features if f.of is not None}
+    features = [f.name for f in rt.features]
+    if not candidate_groups(tables=groups, features=features, attributes=attributes):
         return {"selected": [], "reason": "no candidate"}
     columns, labels = await _hot_matrix(ctx, rt, epoch)
     picks = await ctx.run_cpu(
@@ -182,6 +186,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
         privacy.selection_score,
         privacy.selection_threshold,
         privacy.selection_margin,
+        attributes,
     )
     first_epoch = epoch + 2
     async with stream_lock(ctx, name), ctx.sessionmaker() as session, session.begin():

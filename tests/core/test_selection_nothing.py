@@ -290,3 +290,63 @@ def test_candidate_groups_need_no_data() -> None:
     assert candidate_groups(tables=[("a", "b")], features=["a", "b"]) == []
     with pytest.raises(ValueError, match="without a column"):
         candidate_groups(tables=[("a", "z")], features=["a", "b"])
+
+
+# --------------------------------------------------------------------------------------------
+# groups a table already determines (the stream's "of" declarations)
+# --------------------------------------------------------------------------------------------
+
+
+def test_groups_a_table_determines_are_not_candidates() -> None:
+    """With age 'of' user and genre 'of' movie (zip3 'of' zip 'of' user: transitively), a
+    group inside what one table's key determines is not offered; interactions across two
+    keys are."""
+    tables = [("age",), ("genre",), ("movie",), ("user",), ("zip",), ("zip3",)]
+    features = ["age", "genre", "movie", "user", "zip", "zip3"]
+    every = candidate_groups(tables=tables, features=features)
+    attributes = {"age": "user", "genre": "movie", "zip": "user", "zip3": "zip"}
+    kept = candidate_groups(tables=tables, features=features, attributes=attributes)
+    determined = {
+        ("age", "user"),
+        ("genre", "movie"),
+        ("user", "zip"),
+        ("user", "zip3"),
+        ("zip", "zip3"),
+    }
+    # age+zip: both attributes of the user, so the user table holds them
+    determined |= {("age", "zip"), ("age", "zip3")}
+    assert set(every) - set(kept) == determined
+    assert ("age", "genre") in kept and ("movie", "user") in kept and ("genre", "zip3") in kept
+    # the scores are computed for the same groups only
+    rng = np.random.default_rng(3)
+    columns = {f: rng.integers(0, 4, 200) for f in features}
+    scored = score_candidates(
+        columns=columns,
+        labels=rng.integers(0, 2, 200),
+        n_labels=2,
+        tables=tables,
+        score="aic",
+        attributes=attributes,
+    )
+    assert [c.group for c in scored] == kept
+
+
+def test_of_declarations_are_checked() -> None:
+    from pydantic import ValidationError
+
+    from service.core.streamconfig import StreamCreate
+
+    def body(**of: str) -> dict:
+        return {
+            "name": "s",
+            "features": [{"name": f, **({"of": of[f]} if f in of else {})} for f in "abc"],
+            "labels": ["0", "1"],
+        }
+
+    assert StreamCreate.model_validate(body(a="b", b="c")).features[0].of == "b"
+    with pytest.raises(ValidationError, match="'a' is 'of' 'x', not a feature"):
+        StreamCreate.model_validate(body(a="x"))
+    with pytest.raises(ValidationError, match="cycle: a -> b"):
+        StreamCreate.model_validate(body(a="b", b="a"))
+    with pytest.raises(ValidationError, match="cycle"):
+        StreamCreate.model_validate(body(a="a"))
