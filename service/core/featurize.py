@@ -306,7 +306,9 @@ def derived_blocks(
     n_labels = len(prior)
     eps = 1e-6
     top = 1.0 - eps
-    scaled = [alpha * q for q in prior]  # alpha * prior[None, :]
+    # Only labels 1.. have p and log-odds columns: label 0's are never computed.
+    rest = list(prior[1:])
+    scaled = [alpha * q for q in rest]  # alpha * prior[None, :]
     counts = [[c if c >= 0.0 else 0.0 for c in row] for row in estimates]  # never -0.0 or NaN
     if n_labels == 2:
         totals = [c0 + c1 for c0, c1 in counts]
@@ -317,20 +319,21 @@ def derived_blocks(
     clipped: list[float] = []
     backoff: list[float] = []
     for row, total, threshold in zip(counts, totals, thresholds, strict=True):
-        off = total < threshold
-        if off:
-            p = list(prior)
+        if total < threshold:
+            p = rest
+            backoff.append(1.0)
         else:
             denominator = total + alpha
-            p = [(c + a) / denominator for c, a in zip(row, scaled, strict=True)]
+            p = [(c + a) / denominator for c, a in zip(row[1:], scaled, strict=True)]
+            backoff.append(0.0)
         probs.append(p)
         clipped += [eps if q < eps else (top if q > top else q) for q in p]
-        backoff.append(1.0 if off else 0.0)
     pc = np.asarray(clipped, dtype=np.float64)
     logodds = (np.log(pc) - np.log1p(-pc)).tolist()
     pack = struct.Struct(f"{3 * n_labels}d").pack  # native float64, as numpy's
+    m = n_labels - 1
     return [
-        pack(*row, total, *p[1:], *logodds[k * n_labels + 1 : (k + 1) * n_labels], off)
+        pack(*row, total, *p, *logodds[k * m : (k + 1) * m], off)
         for k, (row, total, p, off) in enumerate(zip(counts, totals, probs, backoff, strict=True))
     ]
 
