@@ -20,12 +20,18 @@ Calibration (``fit``, on MovieLens 100K):
 - **per-key label rates**: ``P(y = 1 | u, m) = σ(c + a_u + b_m)``, an L2-regularised logistic
   regression on user and movie one-hot features fitted to all 100,000 real labels
   (scikit-learn ``LogisticRegression``, ``C`` chosen by the held-out log-loss of the last 20 %),
-  so every user's and movie's label rate is MovieLens's up to shrinkage; no other interaction.
+  so every user's and movie's label rate is MovieLens's up to shrinkage; no other interaction
+  unless asked for:
+- **pair effects** (optional, off by default: ``bench.accuracy.pair_effects.add``): log-odds
+  terms ``δ[genres(m), level(u)]`` for a movie's genre combination × a user attribute (age
+  bucket, gender, occupation), MovieLens's residual interactions after the user and movie
+  effects, shrunk by an empirical-Bayes estimate of their variance; with them a pair table
+  (``genres`` + ``age`` …) carries signal that no single-feature table has.
 
 What it does not model: interactions beyond user + movie (the real data has some: the
-simulated labels are "cleaner"), repeated (user, movie) pairs are allowed at ×k > 1, and the
-timestamps (the benchmark windows by count, not time). ``check`` compares it with the real data
-at ×1 on the same figures.
+simulated labels are "cleaner"; see pair effects above), repeated (user, movie) pairs are
+allowed at ×k > 1, and the timestamps (the benchmark windows by count, not time).
+``tests/bench/accuracy/test_simulator.py`` compares it with the real data at ×1.
 
 The simulated frame has ``bench.movielens.load``'s columns, so ``bench.accuracy.core_arm`` runs
 on it unchanged (through :class:`ColumnArm`, which encodes columns without building one dict
@@ -55,6 +61,23 @@ USER_COLUMNS = ("age", "gender", "occupation", "zip3")
 
 
 @dataclass(frozen=True)
+class PairEffect:
+    """A log-odds term ``effect[movie_level[m], user_level[u]]`` for movie code ``m`` and user
+    code ``u``: an interaction between a movie attribute and a user attribute (the levels are
+    the keys their tables count: genre combination, age bucket …)."""
+
+    movie_column: str
+    user_column: str
+    movie_level: np.ndarray  # by movie code
+    user_level: np.ndarray  # by user code
+    effect: np.ndarray  # (movie levels, user levels)
+    tau: float  # the estimated standard deviation of the interaction (log-odds)
+
+    def __call__(self, users: np.ndarray, movies: np.ndarray) -> np.ndarray:
+        return self.effect[self.movie_level[movies], self.user_level[users]]
+
+
+@dataclass(frozen=True)
 class Calibration:
     """What ``simulate`` draws from: the real sequence of (user, movie) codes in time order, the
     per-user and per-movie attribute tables, and the label model's log-odds terms."""
@@ -68,10 +91,16 @@ class Calibration:
     movie_effect: np.ndarray  # b_m by movie code
     c: float  # the chosen L2 strength (1/λ)
     holdout_log_loss: float  # of the chosen model on the last 20 % (fitted on the first 80 %)
+    pairs: tuple[PairEffect, ...] = ()  # none by default (``pair_effects.add``)
+
+    def log_odds(self, users: np.ndarray, movies: np.ndarray) -> np.ndarray:
+        z = self.intercept + self.user_effect[users] + self.movie_effect[movies]
+        for pair in self.pairs:
+            z = z + pair(users, movies)
+        return z
 
     def probability(self, users: np.ndarray, movies: np.ndarray) -> np.ndarray:
-        z = self.intercept + self.user_effect[users] + self.movie_effect[movies]
-        return 1.0 / (1.0 + np.exp(-z))
+        return 1.0 / (1.0 + np.exp(-self.log_odds(users, movies)))
 
 
 def _one_hot(

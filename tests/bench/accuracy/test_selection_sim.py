@@ -34,14 +34,21 @@ def test_a_group_is_its_members_keys_joined_with_age_bucketed() -> None:
 
 
 def test_rounds_pick_a_strong_pair() -> None:
-    """Labels = gender XOR occupation parity on 12 windows: the first round picks that pair at
-    ε_sel = 1 (its padded aic score is far above every other score and ⊥'s); without ⊥ all
-    four rounds pick."""
+    """Labels = gender XOR genres parity on 12 windows: the first round picks that pair at
+    ε_sel = 1 with the service's defaults (its padded aic score is far above every other score
+    and ⊥'s); with the ``of`` declarations no group of two user attributes is offered (gender
+    XOR occupation is then never picked); without ⊥ all four rounds pick."""
     rng = np.random.default_rng(3)
     n = 120_000
     codes = {f: rng.integers(0, 4, n) for f in movielens.FEATURES}
     codes["gender"] = rng.integers(0, 2, n)
-    labels = codes["gender"] ^ (codes["occupation"] % 2)
-    with_stop = selection_sim.rounds(codes, labels, 0.0)
-    assert with_stop[0] == ("gender", "occupation")
-    assert len(selection_sim.rounds(codes, labels, None)) == 4
+    labels = codes["gender"] ^ (codes["genres"] % 2)
+    with_stop = selection_sim.rounds(codes, labels, selection_sim.Rule(0.0))
+    assert with_stop[0] == ("gender", "genres")
+    fill = selection_sim.Rule(None, 0.0, of=False)
+    assert len(selection_sim.rounds(codes, labels, fill)) == 4
+    within_user = codes["gender"] ^ (codes["occupation"] % 2)
+    assert selection_sim.rounds(codes, within_user, fill)[0] == ("gender", "occupation")
+    assert ("gender", "occupation") not in selection_sim.rounds(
+        codes, within_user, selection_sim.Rule(0.0)
+    )
