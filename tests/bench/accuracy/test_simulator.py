@@ -23,6 +23,17 @@ pytestmark = [
 ]
 
 
+def assert_rates_close(sim: pd.DataFrame, df: pd.DataFrame) -> None:
+    """The ×1 check: overall and per-user label rates close to the real ones (shrunk, hence
+    the tolerance)."""
+    assert abs((sim["label"] == "1").mean() - (df["label"] == "1").mean()) < 0.01
+    real_rate = (df["label"] == "1").groupby(df["user_id"]).mean()
+    sim_rate = sim["p_true"].groupby(sim["user_id"]).mean()
+    heavy = df["user_id"].value_counts()
+    heavy = heavy[heavy >= 100].index
+    assert np.corrcoef(real_rate[heavy], sim_rate[heavy])[0, 1] > 0.9
+
+
 @functools.cache
 def calibrated() -> tuple[pd.DataFrame, simulator.Calibration]:
     df = movielens.load()
@@ -42,13 +53,7 @@ def test_calibration_reproduces_the_per_key_label_rates() -> None:
     assert sim["movie_id"].tolist() == df["movie_id"].tolist()
     assert sim["genres"].tolist() == df["genres"].tolist()
     assert sim["zip3"].tolist() == df["zip3"].tolist()
-    # overall and per-user label rates close to the real ones (shrunk, hence the tolerance)
-    assert abs((sim["label"] == "1").mean() - (df["label"] == "1").mean()) < 0.01
-    real_rate = (df["label"] == "1").groupby(df["user_id"]).mean()
-    sim_rate = sim["p_true"].groupby(sim["user_id"]).mean()
-    heavy = df["user_id"].value_counts()
-    heavy = heavy[heavy >= 100].index
-    assert np.corrcoef(real_rate[heavy], sim_rate[heavy])[0, 1] > 0.9
+    assert_rates_close(sim, df)
 
 
 def test_pair_effects_keep_the_check_and_plant_only_what_the_data_supports() -> None:
@@ -69,12 +74,7 @@ def test_pair_effects_keep_the_check_and_plant_only_what_the_data_supports() -> 
     fitted = lgbm.log_loss(y, with_pairs.probability(cal.users, cal.movies))
     assert fitted < lgbm.log_loss(y, cal.probability(cal.users, cal.movies))  # closer to the data
     sim = simulator.simulate(with_pairs, 1, seed=3)
-    assert abs((sim["label"] == "1").mean() - (df["label"] == "1").mean()) < 0.01
-    real_rate = (df["label"] == "1").groupby(df["user_id"]).mean()
-    sim_rate = sim["p_true"].groupby(sim["user_id"]).mean()
-    heavy = df["user_id"].value_counts()
-    heavy = heavy[heavy >= 100].index
-    assert np.corrcoef(real_rate[heavy], sim_rate[heavy])[0, 1] > 0.9
+    assert_rates_close(sim, df)
     # the planted genre × gender effect shows in the simulated labels' genre rates by gender
     real_gap = (df["label"] == "1").groupby([df["genres"], df["gender"]]).mean().unstack()
     sim_gap = sim["p_true"].groupby([sim["genres"], sim["gender"]]).mean().unstack()
