@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,18 @@ def _key(api: Api, a: str, what: str) -> str:
 
 async def test_inline_round_trip(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(audits_service, "PROGRESS_SECONDS", 0.005)
+    # 400 records take ~0.1 s: each progress report waits 20 ms, so that the job's writer (every
+    # 5 ms) and the poll below (every 2 ms) see one whatever the machine's speed and load
+    audit = pu.audit
+
+    def slow_audit(*args: Any, progress: Any, **kwargs: Any) -> Any:
+        def tick(p: float, stage: str) -> None:
+            progress(p, stage)
+            time.sleep(0.02)
+
+        return audit(*args, progress=tick, **kwargs)
+
+    monkeypatch.setattr(pu, "audit", slow_audit)
     rows, labels = _mixture(400)
     body = {
         "source": {"rows": rows, "labels": labels},
