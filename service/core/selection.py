@@ -211,9 +211,21 @@ outputs.  A :class:`Candidate`'s ``base`` and
 ``gain`` is the EXACT score on hot data: it must never be stored, logged or returned by an API.
 The sensitivity is calibrated to the public ``min_records``, never to the hot period's count.
 Floating-point caveat: Gumbel noise is a float64 transform of 52 uniform CSPRNG bits, not an
-exact sampler; the tiny deviation from the ideal mechanism is not accounted for (Ilvento, CCS
-2020, "Implementing the exponential mechanism with base-2 differential privacy", gives an exact
-alternative).
+exact sampler.  ``u = (k + 0.5)/2**52`` lies in ``[2**-53, 1 − 2**-53]``, so ``G = −log(−log u)``
+lies in ``[−log(53·ln 2), 53·ln 2] = [−3.60, 36.74]``: the noise is truncated.  An ideal
+standard Gumbel falls outside that range with probability
+``(1 − exp(−e^−36.74)) + exp(−e^3.60) ≈ 2·e^−36.74 ≈ 2.2e-16``, so the implemented round
+differs from the ideal ε-DP one only on an event of probability at most ``m′·2.2e-16`` (m′ the
+candidates and ⊥): as a guarantee, (ε, δ) with ``δ ≈ m′·e^−36`` (below 1e-13 for a thousand
+candidates), which the ledger does not add (truncated noise is why no pure ε covers it: an
+outcome that needs a Gumbel above 36.74 to win has probability 0 on one data set, positive on
+a neighbour).  The rounding of u to its grid (a coupling with the ideal uniform,
+``|u − u′| ≤ 2**-53``) moves G by at most ``2**-53/(u·|log u|)``: at most 1e-6 unless
+``u`` or ``1 − u`` is below about 1.1e-10 (probability 2.2e-10 per draw), and noise moved by at
+most s scales moves every outcome's probability by at most e^{2s}.  In all, a round is about
+``(ε + 2e-6, m′·2.3e-10)``-DP against the ideal ε; neither term is added by the ledger
+(Ilvento, CCS 2020, "Implementing the exponential mechanism with base-2 differential privacy",
+gives an exact alternative).
 
 Randomness
 ----------

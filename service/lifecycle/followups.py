@@ -140,7 +140,9 @@ async def _work(ctx: AppContext, kind: str, name: str, stream_id: int, epoch: in
         built = await build_next(ctx=ctx, rt=rt, epoch=epoch)
         return {"prepared": prepared, "aggregate_built": built}
     if kind == "selection_round":
-        return await selection.select_tables(ctx=ctx, name=name, epoch=epoch)
+        return await selection.select_tables(
+            ctx=ctx, name=name, epoch=epoch, max_attempts=MAX_ATTEMPTS
+        )
     if kind == "reference_refresh":
         trained = await reference.train(ctx=ctx, name=name, epoch=epoch)
         return {"trained": trained is not None}
@@ -175,7 +177,9 @@ async def run(ctx: AppContext, *, kind: str, name: str, epoch: int) -> dict[str,
     async with ctx.sessionmaker() as session, session.begin():
         fresh = await session.get(FollowUp, row_id)
         if fresh is not None and fresh.done_at is None:
-            fresh.done_at = datetime.now(UTC)
+            # a selection round's duration grows with the hot period's size: its record keeps
+            # the roll's time (public), never when it finished
+            fresh.done_at = fresh.created_at if kind == "selection_round" else datetime.now(UTC)
             fresh.result = dict(result)
     if kind == "selection_round":  # the windows it kept from expiry may go now
         rt = await streams.runtime(ctx=ctx, name=name)

@@ -16,6 +16,7 @@ order are released (``count_table.score`` stays empty)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import numpy as np
@@ -27,6 +28,7 @@ from service.core.counting import within_bound
 from service.core.featurize import FeatureSpec, row_keys, table_name
 from service.core.runtime import StreamRuntime
 from service.core.selection import Candidate, candidate_groups, select_round
+from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, StreamEvent
 from service.models import repository as events_repo
 from service.selection import repository
@@ -36,6 +38,8 @@ from service.streams.lock import stream_lock
 
 log = logging.getLogger("selectivity.selection")
 READ_CHUNK = 5000
+EARLIER_ROUND_WAIT_SECONDS = 540.0  # under the follow-up job's timeout (600 s)
+EARLIER_ROUND_POLL_SECONDS = 0.2
 
 
 def _counted(rows: list[dict], spec: FeatureSpec, bound: int) -> np.ndarray:
@@ -132,18 +136,45 @@ def _round(
     return [(c.group, c.base) for c in picks]
 
 
-async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, object]:
+async def _wait_for_earlier_rounds(
+    ctx: AppContext, stream_id: int, epoch: int, *, max_tables: int, max_attempts: int
+) -> None:
+    """Rounds commit in epoch order: the round of ``epoch`` reads the stream's tables only
+    once the round of ``epoch − 1`` can no longer commit (recorded, done, given up, or no slot
+    free). Otherwise which table set a round scored against, and so its candidates, would
+    depend on how long the earlier round took to read and score its hot period: on n."""
+    deadline = asyncio.get_running_loop().time() + EARLIER_ROUND_WAIT_SECONDS
+    while epoch - 1 >= 2:
+        async with ctx.sessionmaker() as session:
+            tables = await streams_repo.tables_of(session, stream_id)
+            if len(list(tables)) + 1 >= max_tables or not await repository.round_pending(
+                session, stream_id, epoch - 1, max_attempts=max_attempts
+            ):
+                return
+        if asyncio.get_running_loop().time() > deadline:
+            raise RuntimeError(f"the round of epoch {epoch - 1} has not committed yet")
+        await asyncio.sleep(EARLIER_ROUND_POLL_SECONDS)
+
+
+async def select_tables(
+    *, ctx: AppContext, name: str, epoch: int, max_attempts: int = 5
+) -> dict[str, object]:
     """The selection round of the roll to ``epoch`` (the ``selection_round`` follow-up).
 
     Idempotent and safe under any interleaving with rolls and other rounds: the hot rows are
     read and scored without a lock, then the outcome is committed under the stream's lock
     (``stream_lock``, which rolls hold too), in a transaction that re-reads the stream and its
     tables: the picks as tables and a ``tables_selected`` event, or ⊥ as a
-    ``nothing_selected`` event. The round commits nothing when the stream has moved past
-    ``epoch`` (the window its tables would start in may be prepared already), when a round of
-    ``epoch`` has committed already (either event: a retry must not draw again), and never
-    more tables than the free slots of ``max_tables`` it finds then. Returns what it did, for
-    the follow-up's record (never the gains).
+    ``nothing_selected`` event. Nothing of what is committed depends on how long the round
+    took (a function of the hot period's size): the event and the tables carry the time of
+    the roll to ``epoch``, not of the commit; a round that finishes after later rolls still
+    commits, its tables starting two windows after the stream's epoch then (the windows before
+    may be prepared, with a fixed table set); rounds commit in epoch order
+    (:func:`_wait_for_earlier_rounds`), and a round that finds the tables changed since it
+    scored scores again against them (the discarded draw was never released, and the reason to
+    discard it is public). A round of ``epoch`` that has committed already (either event) is
+    not drawn again, and never more tables than the free slots of ``max_tables`` it finds are
+    added. Returns what it did, for the follow-up's record (never the gains).
 
     Privacy (docs/ARCHITECTURE.md, "Privacy ledger"): the round is calibrated to the public
     ``min_records``, never to the hot period's size, and no outcome depends on that size (no
@@ -151,7 +182,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
     round runs only at the rolls to epochs 2 … Q + 1 (Q = ``privacy.selection_rounds``), one
     per epoch, so a stream releases at most Q rounds: what the ledger charges, whether they
     pick tables or ⊥. Every reason to release nothing (no budget, past the schedule, no free
-    slot, no candidate, a stale epoch or table set) is a public fact."""
+    slot, no candidate) is a public fact, and so is every time recorded of it."""
     async with ctx.sessionmaker() as session:  # fresh, not the cached runtime
         current = await streams.get(session=session, name=name)
         tables_now = list(await streams_repo.tables_of(session, current.id))
@@ -167,41 +198,89 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
         return {"selected": [], "reason": "past the schedule"}
     if epoch in recorded:
         return {"selected": [], "reason": "done"}
-    groups = [tuple(sorted(t.features)) for t in rt.tables]
+    await _wait_for_earlier_rounds(
+        ctx, rt.id, epoch, max_tables=cfg.max_tables, max_attempts=max_attempts
+    )
+    columns: dict[str, np.ndarray] | None = None
+    labels = np.zeros(0, np.int64)
     attributes = {f.name: f.of for f in cfg.features if f.of is not None}
     features = [f.name for f in rt.features]
-    if not candidate_groups(tables=groups, features=features, attributes=attributes):
-        return {"selected": [], "reason": "no candidate"}
-    columns, labels = await _hot_matrix(ctx, rt, epoch)
-    picks = await ctx.run_cpu(
-        _round,
-        columns,
-        labels,
-        len(rt.labels),
-        groups,
-        cfg.max_tables,
-        privacy.groups_per_round,
-        eps,
-        privacy.min_records,
-        privacy.selection_score,
-        privacy.selection_threshold,
-        privacy.selection_margin,
-        attributes,
-    )
-    first_epoch = epoch + 2
+    for _ in range(MAX_RESCORES):
+        async with ctx.sessionmaker() as session:
+            tables_now = list(await streams_repo.tables_of(session, rt.id))
+        groups = [tuple(sorted(t.features)) for t in tables_now]
+        if len(tables_now) + 1 >= cfg.max_tables:
+            return {"selected": [], "reason": "no budget or no free slot"}
+        if not candidate_groups(tables=groups, features=features, attributes=attributes):
+            return {"selected": [], "reason": "no candidate"}
+        if columns is None:
+            columns, labels = await _hot_matrix(ctx, rt, epoch)
+        picks = await ctx.run_cpu(
+            _round,
+            columns,
+            labels,
+            len(rt.labels),
+            groups,
+            cfg.max_tables,
+            privacy.groups_per_round,
+            eps,
+            privacy.min_records,
+            privacy.selection_score,
+            privacy.selection_threshold,
+            privacy.selection_margin,
+            attributes,
+        )
+        outcome = await _commit(
+            ctx, name, epoch, rt.config, {table_name(g) for g in groups}, picks
+        )
+        if outcome is not None:
+            break
+    else:
+        raise RuntimeError(f"the tables of stream changed {MAX_RESCORES} times during a round")
+    if outcome == "done":
+        return {"selected": [], "reason": "done"}
+    assert not isinstance(outcome, str)
+    added, first_epoch = outcome
+    if not added:
+        log.debug("stream %s: the round of epoch %d picked no table", name, epoch)
+        return {"selected": [], "reason": "nothing picked"}
+    streams.forget_runtime(ctx, name)
+    log.debug("stream %s: selected %s from window %d on", name, added, first_epoch)
+    return {"selected": added, "first_epoch": first_epoch}
+
+
+MAX_RESCORES = 5
+
+
+async def _commit(
+    ctx: AppContext,
+    name: str,
+    epoch: int,
+    cfg: StreamCreate,
+    scored: set[str],
+    picks: list[tuple[tuple[str, ...], tuple[str, ...]]],
+) -> tuple[list[str], int] | str | None:
+    """Commit a round's outcome under the stream lock: (tables added, first epoch), ``([], e)``
+    for ⊥, ``"done"`` when a round of ``epoch`` is recorded already, ``None`` when the tables
+    are no longer those the round scored against (score again)."""
     async with stream_lock(ctx, name), ctx.sessionmaker() as session, session.begin():
         stream = await streams_repo.get_by_name(session, name, for_update=True)
         assert stream is not None
-        if stream.epoch != epoch or stream.roll_target is not None:
-            return {"selected": [], "reason": f"stale: the stream is at epoch {stream.epoch}"}
         tables = list(await streams_repo.tables_of(session, stream.id))
         if epoch in await repository.round_epochs(session, stream.id) or any(
             t.selected_epoch == epoch for t in tables
         ):
-            return {"selected": [], "reason": "done"}
+            return "done"
         existing = {t.name for t in tables}
-        if existing != {t.name for t in rt.tables}:  # scored against another table set
-            return {"selected": [], "reason": "stale: the tables changed"}
+        if existing != scored:
+            return None
+        # windows up to the stream's epoch + 1 (or a crashed roll's target + 1) may be prepared
+        # already, each with a fixed table set
+        first_epoch = max(epoch, stream.epoch, stream.roll_target or 0) + 2
+        at = await repository.roll_time(session, stream.id, epoch)
+        assert cfg.max_tables is not None
+        privacy = cfg.privacy
+        eps = privacy.epsilon_selection
         free = cfg.max_tables - 1 - len(tables)  # the prior table takes a slot
         added: list[str] = []
         for rank, (group, base) in enumerate(picks, start=1):
@@ -219,6 +298,7 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
                     selection_rank=rank,
                     selection_epsilon=eps,
                     extends=table_name(base),
+                    **({"created_at": at} if at is not None else {}),
                 )
             )
             added.append(tname)
@@ -234,14 +314,10 @@ async def select_tables(*, ctx: AppContext, name: str, epoch: int) -> dict[str, 
                 stream_id=stream.id,
                 kind=repository.PICKED if added else repository.NOTHING,
                 data=data,
+                **({"created_at": at} if at is not None else {}),
             ),
         )
-    if not added:
-        log.info("stream %s: the round of epoch %d picked no table", name, epoch)
-        return {"selected": [], "reason": "nothing picked"}
-    streams.forget_runtime(ctx, name)
-    log.info("stream %s: selected %s from window %d on", name, added, first_epoch)
-    return {"selected": added, "first_epoch": first_epoch}
+        return added, first_epoch
 
 
 async def list_tables(*, session: AsyncSession, name: str) -> list[CountTable]:
