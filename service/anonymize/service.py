@@ -9,15 +9,31 @@ released table; ``get`` and ``result`` read them back. The algorithm is determin
 that crashed (a lost worker: SAQ runs the job again) simply starts over; a run already done is
 not redone.
 
+Columns. From a stream source a run or iML session reads only the columns the operator marked
+``releasable`` in the stream's configuration (none by default), as quasi-identifiers or kept
+columns, and never the stream's user key (``privacy.user_key``, which a configuration cannot
+mark releasable): a 422 names the field and the column. Inline rows are the caller's own data,
+not the stream's: there any column may be a quasi-identifier or kept.
+
+Owner. A run or session belongs to the key that created it (``spec.owner``, the key id): every
+read by another key (status, rows, iML questions and answers), admins' included, is the 404 of
+an unknown id. The stream's privacy ledger lists the runs that live, without their rows
+(``service.privacy.releases``).
+
 Lifetime. Every key of a run expires ``SELECTIVITY_ANONYMIZATION_TTL_SECONDS`` (default one day)
-after its creation; for a stream source at most ``window_seconds`` after it, because the
-oldest window of the hot period leaves it at the next roll, at most one window later, and the
-release (its ``keep`` columns are raw values, its ranges are bounds of raw values) must not
-outlive the rows it is made of. Inline rows are raw data: they are deleted as soon as the run
-is done or failed and appear in no log, audit entry or error (errors name columns and counts).
+after its creation, an iML session's after an hour. A stream source reads the hot period of the
+epoch open at its creation, windows lo … hi (recorded in the spec, and the run reads exactly
+those), and is listed in the stream's index (``AnonymizationStore.index``): ``expire`` deletes
+it at the roll that ends window lo's hot period (the roll to lo + H), whose AOF rewrite follows
+(``service.lifecycle.expire``), and its keys expire at most ``window_seconds`` after creation
+in any case: the release (its ``keep`` columns are raw values, its ranges are bounds of raw
+values) does not outlive the rows it is made of. A run or session that sees the hot period
+roll past lo while it is created or computed deletes itself. Inline rows are raw data: they
+are deleted as soon as the run is done or failed and appear in no log, audit entry or error
+(errors name columns and counts).
 
 k-anonymity is a syntactic guarantee, not differential privacy: a release is not charged in
-the privacy ledger and does not compose with it.
+the privacy ledger's ε and does not compose with it; the ledger lists it as non-DP.
 """
 
 from __future__ import annotations
@@ -49,6 +65,7 @@ from service.anonymize.schemas import (
 from service.anonymize.store import AnonymizationStore
 from service.context import AppContext
 from service.core.hierarchy import parse_hierarchy
+from service.core.runtime import StreamRuntime
 from service.core.sangreea import QuasiIdentifier, SangreeaResult, anonymize, normalise_weights
 from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
@@ -73,42 +90,83 @@ def _store(ctx: AppContext) -> AnonymizationStore:
     return AnonymizationStore(ctx.redis, ctx.keys)
 
 
-async def create(*, ctx: AppContext, body: AnonymizationCreate) -> tuple[str, dict[str, Any]]:
-    """Store the run and enqueue its job: its id and the spec stored (names, kinds, k,
-    weights; no values), which the caller may audit."""
+def check_columns(rt: StreamRuntime, wanted: Mapping[str, Sequence[str]]) -> None:
+    """422 unless every column of ``wanted`` (field name -> columns) is one the stream's
+    operator marked ``releasable``; the user key never is."""
+    cfg = rt.config
+    user_key = cfg.privacy.user_key
+    for where, names in wanted.items():
+        for name in names:
+            if name == user_key:
+                raise ValidationError(
+                    f"{where}: {name!r} is the user key of stream {rt.name!r}; it is never released"
+                )
+            if name not in rt.feature_names | {LABEL}:
+                raise ValidationError(
+                    f"{where}: {name!r} is neither a feature of stream {rt.name!r} nor {LABEL!r}"
+                )
+            if name not in cfg.releasable:
+                raise ValidationError(
+                    f"{where}: {name!r} is not releasable on stream {rt.name!r} (its "
+                    f"configuration's 'releasable' lists {sorted(cfg.releasable)})"
+                )
+
+
+async def _hot_windows(ctx: AppContext, rt: StreamRuntime) -> tuple[int, int]:
+    """The windows of the hot period of the stream's open epoch, from window 1 on."""
+    epoch = await ctx.stores.windows.epoch(rt.name) or 1
+    lo, hi = rt.hot_period(epoch)
+    return max(lo, 1), hi
+
+
+async def _still_hot(ctx: AppContext, rt: StreamRuntime, oldest: int) -> bool:
+    """Whether window ``oldest`` is still in the hot period (no roll ended it)."""
+    return (await _hot_windows(ctx, rt))[0] <= oldest
+
+
+def _longest_ms(ctx: AppContext) -> int:
+    """The longest a run or session may live: its index key lives that long."""
+    return 1000 * max(ctx.settings.anonymization_ttl_seconds, IML_SESSION_SECONDS)
+
+
+async def create(
+    *, ctx: AppContext, body: AnonymizationCreate, owner: str
+) -> tuple[str, dict[str, Any]]:
+    """Store the run of key ``owner`` and enqueue its job: its id and the spec stored (names,
+    kinds, k, weights; no values), which the caller may audit."""
     ttl = ctx.settings.anonymization_ttl_seconds
     names = [q.name for q in body.quasi_identifiers]
+    store = _store(ctx)
+    a = f"an_{secrets.token_hex(16)}"
+    spec: dict[str, Any] = {"owner": owner, "created_at": int(time.time() * 1000)}
+    rt = None
     if body.source.stream is not None:
         rt = await streams.runtime(ctx=ctx, name=body.source.stream)  # 404 for an unknown one
-        columns = rt.feature_names | {LABEL}
-        for where, wanted in (("quasi_identifiers", names), ("keep", body.keep)):
-            for name in wanted:
-                if name not in columns:
-                    raise ValidationError(
-                        f"{where}: {name!r} is neither a feature of stream "
-                        f"{body.source.stream!r} nor {LABEL!r}"
-                    )
+        check_columns(rt, {"quasi_identifiers": names, "keep": body.keep})
         ttl = min(ttl, rt.config.window_seconds)
-        source = f"stream:{body.source.stream}"
+        lo, hi = await _hot_windows(ctx, rt)
+        spec |= {"source": f"stream:{rt.name}", "stream_id": rt.id, "windows": [lo, hi]}
         rows = None
+        await store.index(rt.name, a, oldest=lo, longest_ms=_longest_ms(ctx))  # before its keys
     else:
-        source = "inline"
+        spec["source"] = "inline"
         rows = orjson.dumps(
             [{c: r[c] for c in [*names, *body.keep]} for r in body.source.rows or []]
         )
-    a = f"an_{secrets.token_hex(16)}"
-    spec = {
-        "source": source,
+    spec |= {
         "k": body.k,
         "quasi_identifiers": [q.model_dump(mode="json") for q in body.quasi_identifiers],
         "weights": normalise_weights(names, body.weights),
         "keep": body.keep,
     }
-    expires_at_ms = int((time.time() + ttl) * 1000)
-    await _store(ctx).create(a, spec=spec, data=rows, expires_at_ms=expires_at_ms)
+    expires_at_ms = spec["created_at"] + ttl * 1000
+    await store.create(a, spec=spec, data=rows, expires_at_ms=expires_at_ms)
+    if rt is not None and not await _still_hot(ctx, rt, spec["windows"][0]):
+        await store.delete(rt.name, [a])  # a roll ended the hot period meanwhile
+        raise Conflict(f"source.stream: stream {rt.name!r} rolled meanwhile; retry")
     await ctx.jobs.enqueue("anonymize_run", key=f"anonymize:{a}", timeout=3600, id=a)
     audit = {
-        "source": source,
+        "source": spec["source"],
         "rows": len(body.source.rows) if body.source.rows is not None else None,
         "k": body.k,
         "quasi_identifiers": [
@@ -118,19 +176,22 @@ async def create(*, ctx: AppContext, body: AnonymizationCreate) -> tuple[str, di
         "weights": spec["weights"],
         "keep": body.keep,
         "ttl_seconds": ttl,
+        "windows": spec.get("windows"),
     }
     return a, audit
 
 
-async def _meta(ctx: AppContext, a: str) -> dict[str, bytes]:
+async def _meta(ctx: AppContext, a: str, owner: str) -> dict[str, bytes]:
+    """The run's meta when key ``owner`` created it; the same 404 when it did not as when the
+    run does not exist."""
     meta = await _store(ctx).meta(a)
-    if meta is None or "spec" not in meta:
+    if meta is None or "spec" not in meta or orjson.loads(meta["spec"]).get("owner") != owner:
         raise NotFound(f"anonymization {a!r} not found (or expired)")
     return meta
 
 
-async def get(*, ctx: AppContext, a: str) -> AnonymizationOut:
-    meta = await _meta(ctx, a)
+async def get(*, ctx: AppContext, a: str, owner: str) -> AnonymizationOut:
+    meta = await _meta(ctx, a, owner)
     spec = orjson.loads(meta["spec"])
     summary = orjson.loads(meta["summary"]) if "summary" in meta else {}
     return AnonymizationOut(
@@ -145,21 +206,61 @@ async def get(*, ctx: AppContext, a: str) -> AnonymizationOut:
     )
 
 
+async def expire(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
+    """Delete the runs and iML sessions of the stream whose oldest window left the hot period
+    of ``epoch`` (called by ``service.lifecycle.expire`` at every roll, before its AOF
+    rewrite): how many still had keys."""
+    store = _store(ctx)
+    hot_lo = rt.hot_period(epoch)[0]
+    return await store.delete(rt.name, await store.indexed(rt.name, before=hot_lo))
+
+
+async def of_stream(*, ctx: AppContext, rt: StreamRuntime) -> list[dict[str, Any]]:
+    """The runs of the stream that live, for its privacy ledger: id, owner, status, k, the
+    column names, the windows read, created and expiry times (ms since the epoch). No rows."""
+    store = _store(ctx)
+    out = []
+    for a in await store.indexed(rt.name):
+        if not a.startswith("an_"):
+            continue
+        meta = await store.meta(a)
+        if meta is None or "spec" not in meta:
+            continue
+        spec = orjson.loads(meta["spec"])
+        if spec.get("stream_id") != rt.id:
+            continue
+        out.append(
+            {
+                "id": a,
+                "owner": spec.get("owner"),
+                "status": meta["status"].decode(),
+                "k": spec["k"],
+                "quasi_identifiers": [q["name"] for q in spec["quasi_identifiers"]],
+                "keep": list(spec["keep"]),
+                "windows": spec.get("windows"),
+                "created_at_ms": spec.get("created_at"),
+                "expires_at_ms": int(meta["expires_at"]),
+            }
+        )
+    return out
+
+
 async def _stream_columns(
-    ctx: AppContext, name: str, wanted: Sequence[str], *, limit: int | None = None
+    ctx: AppContext,
+    name: str,
+    wanted: Sequence[str],
+    windows: Sequence[int],
+    *,
+    limit: int | None = None,
 ) -> tuple[dict[str, list[Any]], int]:
-    """The hot period of the stream's open epoch, window by window in entry order: one list
-    per wanted column (features by name, ``label``; absent values None); with ``limit``, its
-    first ``limit`` rows only."""
-    rt = await streams.runtime(ctx=ctx, name=name)
+    """Windows ``lo … hi`` (``windows``) of the stream's hot rows, window by window in entry
+    order: one list per wanted column (features by name, ``label``; absent values None); with
+    ``limit``, its first ``limit`` rows only."""
     store = ctx.stores.windows
-    epoch = await store.epoch(name)
     columns: dict[str, list[Any]] = {c: [] for c in wanted}
     n = 0
-    if epoch is None:
-        return columns, 0
-    lo, hi = rt.hot_period(epoch)
-    for w in range(max(lo, 1), hi + 1):
+    lo, hi = windows
+    for w in range(lo, hi + 1):
         start: bytes | str = "-"
         while True:
             chunk = await store.hot_chunk(name, w, start, "+", HOT_CHUNK)
@@ -257,10 +358,20 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
         return {"status": meta["status"].decode()}
     spec = orjson.loads(meta["spec"])
     expires_at_ms = int(meta["expires_at"])
-    await store.set_running(a)
+    if not await store.set_running(a):
+        return {"status": "expired"}
     wanted = [q["name"] for q in spec["quasi_identifiers"]] + list(spec["keep"])
     try:
-        if spec["source"] == "inline":
+        if spec["source"] != "inline":
+            name = spec["source"].split(":", 1)[1]
+            rt = await streams.runtime(ctx=ctx, name=name)
+            if rt.id != spec.get("stream_id") or "windows" not in spec:
+                raise ValueError(f"source.stream: stream {name!r} was deleted since")
+            if not await _still_hot(ctx, rt, spec["windows"][0]):  # expire deletes it
+                await store.delete(name, [a])
+                return {"status": "expired"}
+            columns, _ = await _stream_columns(ctx, name, wanted, spec["windows"])
+        else:
             blob = await store.input(a)
             if blob is None:
                 return {"status": "expired"}
@@ -268,8 +379,6 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
             del blob
             columns = {c: [r.get(c) for r in rows] for c in wanted}
             del rows
-        else:
-            columns, _ = await _stream_columns(ctx, spec["source"].split(":", 1)[1], wanted)
         progress = [0.0]
         threads = ctx.settings.audit_threads
         with blas_limited(threads):  # the process's limit: set from this thread (core.threads)
@@ -303,7 +412,10 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
             error=f"internal error ({type(exc).__name__}); see the worker log",
         )
         return {"status": "failed"}
-    await store.finish(a, expires_at_ms=expires_at_ms, summary=summary, result=result, error=None)
+    if not await store.finish(
+        a, expires_at_ms=expires_at_ms, summary=summary, result=result, error=None
+    ):
+        return {"status": "expired"}  # deleted by expire while it computed: nothing written
     return {"status": "done", "rows": summary["rows"], "clusters": summary["clusters"]}
 
 
@@ -322,9 +434,10 @@ def _encode(table: pa.Table, fmt: Format) -> bytes:
     return buf.getvalue()
 
 
-async def result(*, ctx: AppContext, a: str, fmt: Format) -> bytes:
-    """The released table of a done run in ``fmt``; 409 while it runs or when it failed."""
-    meta = await _meta(ctx, a)
+async def result(*, ctx: AppContext, a: str, fmt: Format, owner: str) -> bytes:
+    """The released table of a done run of key ``owner`` in ``fmt``; 409 while it runs or
+    when it failed."""
+    meta = await _meta(ctx, a, owner)
     if meta["status"] != b"done":
         raise Conflict(f"anonymization {a!r} is {meta['status'].decode()}, not done")
     blob = await _store(ctx).result(a)
@@ -337,7 +450,7 @@ async def result(*, ctx: AppContext, a: str, fmt: Format) -> bytes:
 # -- iML weights (service.anonymize.iml) ---------------------------------------------------------
 IML_SESSION_SECONDS = 3600
 """An iML session (it holds its sample's quasi-identifiers: raw values) lives an hour at most,
-and no longer than one window of a stream source (see the module docstring)."""
+and a stream source's no longer than its hot period (see the module docstring)."""
 
 
 def _ask(state: dict[str, Any], threads: int) -> tuple[dict[str, Any], WeightsSessionOut]:
@@ -380,22 +493,24 @@ async def _asked(
         return await asyncio.to_thread(_ask, state, threads)
 
 
-async def start_weights(*, ctx: AppContext, body: WeightsSessionCreate) -> WeightsSessionOut:
-    """A new iML session and its first question; 422 when the sample cannot be clustered into
-    three clusters of k (a question needs two besides the row's own)."""
+async def start_weights(
+    *, ctx: AppContext, body: WeightsSessionCreate, owner: str
+) -> WeightsSessionOut:
+    """A new iML session of key ``owner`` and its first question; 422 when the sample cannot
+    be clustered into three clusters of k (a question needs two besides the row's own)."""
     names = [q.name for q in body.quasi_identifiers]
     ttl = IML_SESSION_SECONDS
+    s = f"iw_{secrets.token_hex(16)}"
+    rt = None
     if body.source.stream is not None:
         rt = await streams.runtime(ctx=ctx, name=body.source.stream)
-        for name in names:
-            if name not in rt.feature_names | {LABEL}:
-                raise ValidationError(
-                    f"quasi_identifiers: {name!r} is neither a feature of stream "
-                    f"{body.source.stream!r} nor {LABEL!r}"
-                )
+        check_columns(rt, {"quasi_identifiers": names})
         ttl = min(ttl, rt.config.window_seconds)
+        windows = await _hot_windows(ctx, rt)
         try:
-            columns, n = await _stream_columns(ctx, body.source.stream, names, limit=body.sample)
+            columns, n = await _stream_columns(
+                ctx, body.source.stream, names, windows, limit=body.sample
+            )
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
     else:
@@ -405,7 +520,8 @@ async def start_weights(*, ctx: AppContext, body: WeightsSessionCreate) -> Weigh
     if n < 3 * body.k:
         raise ValidationError(f"sample: {n} rows, fewer than 3·k = {3 * body.k}")
     state: dict[str, Any] = {
-        "id": f"iw_{secrets.token_hex(16)}",
+        "id": s,
+        "owner": owner,
         "spec": {
             "k": body.k,
             "quasi_identifiers": [q.model_dump(mode="json") for q in body.quasi_identifiers],
@@ -419,22 +535,36 @@ async def start_weights(*, ctx: AppContext, body: WeightsSessionCreate) -> Weigh
         state, out = await _asked(ctx, state)
     except ValueError as exc:  # the core's messages name columns and counts, never values
         raise ValidationError(str(exc)) from None
-    await _store(ctx).save_session(
-        state["id"], orjson.dumps(state), expires_at_ms=state["expires_at"]
-    )
+    store = _store(ctx)
+    if rt is not None:  # listed before it is written, so a roll's expire finds it
+        await store.index(rt.name, s, oldest=windows[0], longest_ms=_longest_ms(ctx))
+    await store.save_session(s, orjson.dumps(state), expires_at_ms=state["expires_at"], new=True)
+    if rt is not None and not await _still_hot(ctx, rt, windows[0]):
+        await store.delete(rt.name, [s])  # a roll ended the hot period meanwhile
+        raise Conflict(f"source.stream: stream {rt.name!r} rolled meanwhile; retry")
     return out
 
 
-async def answer_weights(*, ctx: AppContext, session: str, choice: int) -> WeightsSessionOut:
-    """Apply the answer to the current question by ``iml.update`` and pose the next."""
+async def answer_weights(
+    *, ctx: AppContext, session: str, choice: int, owner: str
+) -> WeightsSessionOut:
+    """Apply the answer to the current question by ``iml.update`` and pose the next; the
+    same 404 for a session of another key as for an unknown one."""
+    missing = NotFound(f"weights session {session!r} not found (or expired)")
     blob = await _store(ctx).session(session)
     if blob is None:
-        raise NotFound(f"weights session {session!r} not found (or expired)")
+        raise missing
     state = orjson.loads(blob)
+    if state.get("owner") != owner:
+        raise missing
     q = state["question"]
     d = np.asarray(q["d"])
     state["weights"] = iml.update(state["weights"], q["names"], d[choice], d[1 - choice])
     state["answered"] += 1
     state, out = await _asked(ctx, state)
-    await _store(ctx).save_session(session, orjson.dumps(state), expires_at_ms=state["expires_at"])
+    blob = orjson.dumps(state)
+    if not await _store(ctx).save_session(
+        session, blob, expires_at_ms=state["expires_at"], new=False
+    ):
+        raise missing  # deleted meanwhile (its hot period ended)
     return out

@@ -1,5 +1,6 @@
 """k-anonymised releases (SaNGreeA): roles analyst and admin, every creation and download
-audited (docs/ARCHITECTURE.md, "k-anonymised releases"); and the example generalisation trees
+audited (docs/ARCHITECTURE.md, "k-anonymised releases"); a run or iML session is read only by
+the key that created it (others, admins too, get 404); and the example generalisation trees
 the page offers (read-only)."""
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def _example_hierarchies() -> dict[str, dict[str, dict[str, Any]]]:
     "",
     status_code=202,
     response_model=CreatedOut,
-    responses=error_responses(NotFound, ValidationError),
+    responses=error_responses(NotFound, ValidationError, Conflict),
 )
 async def create(body: AnonymizationCreate, ctx: CtxDep, who: AnalystKey) -> CreatedOut:
-    a, detail = await service.create(ctx=ctx, body=body)
+    a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
@@ -64,13 +65,13 @@ async def create(body: AnonymizationCreate, ctx: CtxDep, who: AnalystKey) -> Cre
     "/weights",
     status_code=201,
     response_model=WeightsSessionOut,
-    responses=error_responses(NotFound, ValidationError),
+    responses=error_responses(NotFound, ValidationError, Conflict),
 )
 async def start_weights(
     body: WeightsSessionCreate, ctx: CtxDep, who: AnalystKey
 ) -> WeightsSessionOut:
     """An iML session: each answer moves the weights by the rule of ``service.anonymize.iml``."""
-    out = await service.start_weights(ctx=ctx, body=body)
+    out = await service.start_weights(ctx=ctx, body=body, owner=who.key_id)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
@@ -92,9 +93,11 @@ async def start_weights(
     responses=error_responses(NotFound, ValidationError),
 )
 async def answer_weights(
-    body: ChoiceIn, ctx: CtxDep, _: AnalystKey, session: str = SessionPath
+    body: ChoiceIn, ctx: CtxDep, who: AnalystKey, session: str = SessionPath
 ) -> WeightsSessionOut:
-    return await service.answer_weights(ctx=ctx, session=session, choice=body.choice)
+    return await service.answer_weights(
+        ctx=ctx, session=session, choice=body.choice, owner=who.key_id
+    )
 
 
 @router.get("/example-hierarchies", response_model=dict[str, dict[str, dict[str, Any]]])
@@ -106,8 +109,8 @@ async def example_hierarchies(_: AnalystKey) -> dict[str, dict[str, dict[str, An
 
 
 @router.get("/{a}", response_model=AnonymizationOut, responses=error_responses(NotFound))
-async def get(ctx: CtxDep, _: AnalystKey, a: str = IdPath) -> AnonymizationOut:
-    return await service.get(ctx=ctx, a=a)
+async def get(ctx: CtxDep, who: AnalystKey, a: str = IdPath) -> AnonymizationOut:
+    return await service.get(ctx=ctx, a=a, owner=who.key_id)
 
 
 @router.get(
@@ -126,7 +129,7 @@ async def result(
     a: str = IdPath,
     format: service.Format = FormatQuery,  # noqa: A002
 ) -> Response:
-    body = await service.result(ctx=ctx, a=a, fmt=format)
+    body = await service.result(ctx=ctx, a=a, fmt=format, owner=who.key_id)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,

@@ -217,6 +217,15 @@ class StreamCreate(Strict):
         le=30 * 86400,
         description="after a roll, how long a model trained before it is still served",
     )
+    releasable: list[Annotated[str, Field(pattern=FEATURE_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=257,
+        description=(
+            "the columns of the hot rows (feature names, and 'label') that a k-anonymised "
+            "release or an iML session of this stream may read, as a quasi-identifier or a "
+            "kept column; default none. Never privacy.user_key"
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StreamCreate:
@@ -241,6 +250,15 @@ class StreamCreate(Strict):
         unknown = sorted(set(self.privacy.table_weights) - set(names))
         if unknown:
             raise ValueError(f"privacy.table_weights: {unknown} are not features")
+        unknown = sorted(set(self.releasable) - set(names) - {"label"})
+        if unknown:
+            raise ValueError(f"releasable: {unknown} are neither features nor 'label'")
+        if len(set(self.releasable)) != len(self.releasable):
+            raise ValueError("releasable: a name occurs twice")
+        if self.privacy.user_key is not None and self.privacy.user_key in self.releasable:
+            raise ValueError(
+                f"releasable: {self.privacy.user_key!r} is privacy.user_key, never released"
+            )
         needed = len(self.features) + 1
         if self.max_tables is None:
             self.max_tables = needed + 4

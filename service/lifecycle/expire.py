@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.anonymize import service as anonymize
 from service.context import AppContext
 from service.core.runtime import StreamRuntime
 from service.counting import service as counting
@@ -96,7 +97,9 @@ async def expire(
             w.state, w.expired_at = "expired", now
             deleted_tables += 1
     await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
-    if deleted_hot:
+    # k-anonymised releases and iML sessions of hot rows go with their oldest window's period
+    deleted_releases = await anonymize.expire(ctx=ctx, rt=rt, epoch=epoch)
+    if deleted_hot or deleted_releases:
         await store.rewrite_aof()
     if not await scrub_deleted(ctx.engine) and ctx.engine.dialect.name == "sqlite":
         log.warning("the SQLite WAL was busy: deleted rows are scrubbed at the next expiry")
@@ -104,4 +107,5 @@ async def expire(
         "hot_windows_deleted": deleted_hot,
         "table_windows_deleted": deleted_tables,
         "reference_models_deleted": deleted_models,
+        "anonymizations_deleted": deleted_releases,
     }
