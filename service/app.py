@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,6 +40,7 @@ from service.api import windows as windows_router
 from service.coldstore.service import init_embedded_key, warn_without_key
 from service.config import Settings
 from service.context import AppContext, make_process_pool
+from service.core import logsafe
 from service.errors import ServiceError
 from workers import runner
 
@@ -137,6 +139,8 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
     """The app. With ``ctx`` given (tests), the caller owns the resources; otherwise the
     lifespan builds them (and, in embedded mode, the embedded Redis and the worker)."""
     settings = settings or (ctx.settings if ctx else Settings())
+    # no row value in any log record of the process (docs/ARCHITECTURE.md, promise 1)
+    logsafe.install("uvicorn", "uvicorn.error", "saq", "selectivity")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -198,8 +202,13 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.error("internal error: %s", type(exc).__name__)  # no values: they may be raw data
-        return _error(500, "InternalError", "internal error; see the server log")
+        """A generic body, never the exception's text (it may hold a row, a SQL parameter);
+        the log gets the exception's type and a request id the body names. The server logs
+        the traceback after this (Starlette re-raises), through ``logsafe``: types and
+        frames only."""
+        rid = secrets.token_hex(6)
+        log.error("internal error %s, request %s", logsafe.type_name(exc), rid)
+        return _error(500, "InternalError", f"internal error (request {rid}); see the server log")
 
     for r in (
         streams_router.router,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import errno
 import logging
 import os
@@ -17,6 +18,7 @@ from service.admin.service import bootstrap_admin
 from service.app import create_app
 from service.audit import service as audit
 from service.config import Settings
+from service.core import logsafe
 from service.db.migrate import upgrade
 from service.db.session import make_engine, make_sessionmaker
 from service.errors import ServiceError
@@ -123,7 +125,29 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal once stopped
         signal.signal(sig, _stopped)
-    uvicorn.run(create_app(s), host=args.host, port=port, log_level="info", access_log=False)
+    uvicorn.run(
+        create_app(s),
+        host=args.host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        log_config=uvicorn_log_config(uvicorn.config.LOGGING_CONFIG),
+    )
+
+
+LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "saq", "selectivity")
+"""The loggers whose handlers carry ``logsafe.SafeLogFilter`` (the root logger's always do)."""
+
+
+def uvicorn_log_config(base: dict) -> dict:
+    """uvicorn's logging configuration (``base``) with ``logsafe.SafeLogFilter`` on each of its
+    handlers: its "Exception in ASGI application" traceback shows exception types and frames,
+    never an exception's message (docs/ARCHITECTURE.md, promise 1)."""
+    cfg = copy.deepcopy(base)
+    cfg.setdefault("filters", {})["safe"] = {"()": logsafe.SafeLogFilter}
+    for handler in cfg.get("handlers", {}).values():
+        handler["filters"] = [*handler.get("filters", []), "safe"]
+    return cfg
 
 
 def cmd_worker(_: argparse.Namespace) -> None:
@@ -232,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logsafe.install(*LOGGERS)  # no row value in any record (docs/ARCHITECTURE.md, promise 1)
     for noisy in (
         "saq",
         "alembic.runtime.plugins",

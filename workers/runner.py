@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -39,15 +40,9 @@ from saq.types import PartialTimersDict, WorkerInfo
 from saq.utils import cancel_tasks, millis, now
 
 from service.context import AppContext, make_process_pool
+from service.core import logsafe
 from service.jobs import queue_name
-from workers.jobs import (
-    FUNCTIONS,
-    coldstore_seal,
-    ingest_count,
-    queues_release,
-    unlock_expire_grants,
-    windows_tick,
-)
+from workers.jobs import FUNCTIONS
 
 log = logging.getLogger("selectivity.worker")
 
@@ -311,43 +306,65 @@ def cron_every(seconds: float) -> str:
     return f"* * * * * */{s}"
 
 
+class JobFailed(logsafe.SafeMessageError):
+    """A job's exception as SAQ records it (the job's ``error`` in Redis, its "Error
+    processing job" log line): the original's type and frames (``logsafe.format_exception``),
+    never its message, which may hold a row or a SQL parameter."""
+
+
+def recorded_safely(fn: Any) -> Any:
+    """The job function ``fn``, raising ``JobFailed`` in place of any exception (SAQ stores
+    ``traceback.format_exc()`` in the job's record)."""
+
+    @functools.wraps(fn)
+    async def run(ctx: dict[str, Any], **kwargs: Any) -> Any:
+        try:
+            return await fn(ctx, **kwargs)
+        except Exception as exc:
+            raise JobFailed(logsafe.format_exception(exc)) from None
+
+    return run
+
+
 def make_queue(app: AppContext) -> RecoveringQueue:
     return RecoveringQueue(app.redis, name=queue_name(app.keys))
 
 
 def make_worker(app: AppContext) -> Worker:
     queue = make_queue(app)
+    logsafe.install("saq", "selectivity")  # SAQ's own records too (promise 1)
+    safe = {f.__qualname__: recorded_safely(f) for f in FUNCTIONS}  # by SAQ's name for it
 
     async def startup(ctx: dict[str, Any]) -> None:
         ctx["app"] = app
 
     return RecoveringWorker(
         queue,
-        functions=FUNCTIONS,
+        functions=list(safe.values()),
         concurrency=4,
         startup=startup,
         cron_jobs=[
             CronJob(
-                windows_tick,
+                safe["windows_tick"],
                 cron=cron_every(app.settings.scheduler_seconds),
                 unique=True,
                 timeout=600,
             ),
             CronJob(
-                ingest_count,
+                safe["ingest_count"],
                 cron=cron_every(app.settings.count_seconds),
                 unique=True,
                 timeout=600,
             ),
             CronJob(
-                coldstore_seal,
+                safe["coldstore_seal"],
                 cron=cron_every(app.settings.scheduler_seconds),
                 unique=True,
                 timeout=3600,
             ),
-            CronJob(unlock_expire_grants, cron=cron_every(10), unique=True, timeout=60),
+            CronJob(safe["unlock_expire_grants"], cron=cron_every(10), unique=True, timeout=60),
             CronJob(
-                queues_release,
+                safe["queues_release"],
                 cron=cron_every(app.settings.scheduler_seconds),
                 unique=True,
                 timeout=600,

@@ -60,14 +60,35 @@ def _needs_key(dependant: Dependant) -> bool:
     return any(d.call is current_key or _needs_key(d) for d in dependant.dependencies)
 
 
+# Media types a 415 names when a client sent one of them; any other value of the header is
+# not repeated (a header is the client's text: it is neither echoed nor logged).
+KNOWN_MEDIA = frozenset(
+    {
+        "text/plain",
+        "text/csv",
+        "text/html",
+        "application/xml",
+        "application/octet-stream",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    }
+)
+
+
 def _check_json(content_type: str | None) -> None:
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media != "application/json" and not (
         media.startswith("application/") and media.endswith("+json")
     ):
+        sent = (
+            " (the header is missing)"
+            if not media
+            else f", not {media!r}"
+            if media in KNOWN_MEDIA
+            else ", not the media type sent"
+        )
         raise UnsupportedMediaType(
-            "Content-Type: the body must be sent with 'Content-Type: application/json'"
-            + (f", not {media[:100]!r}" if media else " (the header is missing)")
+            "Content-Type: the body must be sent with 'Content-Type: application/json'" + sent
         )
 
 

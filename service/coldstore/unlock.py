@@ -147,7 +147,9 @@ async def create_request(
                 body.to_time.isoformat() if body.to_time else None,
             ],
             "ttl_seconds": body.ttl_seconds,
-            "justification": body.justification,
+            # the request's text is the analyst's, and may quote data: it stays with the
+            # request (``unlock_request``), the audit log (kept for good) has its length only
+            "justification_chars": len(body.justification),
         },
     )
     return out

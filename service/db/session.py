@@ -78,7 +78,9 @@ def check_url(url: str) -> None:
 def make_engine(url: str) -> AsyncEngine:
     """An engine on ``url`` (``DatabaseURLError`` when it names no database it can open)."""
     check_url(url)
-    engine = create_async_engine(async_url(url), pool_pre_ping=True)
+    # hide_parameters: an error's text (str(exc), a traceback) never shows the statement's
+    # parameters, which hold rows of reference models, queue records, key hashes (promise 1)
+    engine = create_async_engine(async_url(url), pool_pre_ping=True, hide_parameters=True)
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine.sync_engine, "connect")
