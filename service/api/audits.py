@@ -1,5 +1,5 @@
-"""Re-identification audits (issue 15): roles analyst and admin, every creation audited
-(docs/ARCHITECTURE.md, "Re-identification audits")."""
+"""Re-identification audits: roles analyst and admin, every creation audited; an audit is read
+only by the key that created it (docs/ARCHITECTURE.md, "Re-identification audits")."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ IdPath = Path(pattern=ID_PATTERN)
 async def create(body: AuditCreate, ctx: CtxDep, who: AnalystKey) -> AuditCreatedOut:
     """Start an audit: the attacks of ``service.core.pu`` against the release; poll ``GET``
     for its progress and results."""
-    a, detail = await service.create(ctx=ctx, body=body)
+    a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
     await audit_log.record(
         ctx.sessionmaker,
         actor=who.key_id,
@@ -40,5 +40,6 @@ async def create(body: AuditCreate, ctx: CtxDep, who: AnalystKey) -> AuditCreate
 
 
 @router.get("/{a}", response_model=AuditOut, responses=error_responses(NotFound))
-async def get(ctx: CtxDep, _: AnalystKey, a: str = IdPath) -> AuditOut:
-    return await service.get(ctx=ctx, a=a)
+async def get(ctx: CtxDep, who: AnalystKey, a: str = IdPath) -> AuditOut:
+    """Status, progress and results of an audit this key created (any other id: 404)."""
+    return await service.get(ctx=ctx, a=a, owner=who.key_id)

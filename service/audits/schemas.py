@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from service.core.pu import MAX_DRAWS
 from service.streams.schemas import NAME_PATTERN
 
 MAX_INLINE_ROWS = 20_000
@@ -26,6 +27,8 @@ columns in all, only the most frequent values are kept (a rarer value is then no
 MAX_LABEL = 64  # characters of a label
 MIN_EPSILON = 1e-7  # as a stream's ε: a smaller one makes the noise scale overflow
 MAX_EPSILON = 1e6
+DEFAULT_DRAWS = 5
+"""Noise draws (and trainings) an audit runs by default: one draw's accuracy is not a figure."""
 ID_PATTERN = r"^ra_[0-9a-f]{32}$"
 
 AttackName = Literal["growpu", "nnpu", "upu", "kmeans"]
@@ -91,9 +94,10 @@ class AuditSourceIn(Strict):
 
 
 class AuditReleaseIn(Strict):
-    """What the attacker reads: the positive class's mean (``class_mean``: exact, or ε-DP by
-    the Laplace mechanism when ``epsilon`` is given), or the stream's own noisy count tables
-    (``count_tables``: at the stream's ε; no ``epsilon`` here)."""
+    """What the attacker reads: the positive class (``class_mean``: its exact mean, or with
+    ``epsilon`` an ε-DP noisy sum and count of its records, ε for the whole record, add/remove
+    neighbours; inline rows declare ``value_range``, a stream's records are one-hot), or the
+    stream's own noisy count tables (``count_tables``: at the stream's ε; no ``epsilon``)."""
 
     kind: Literal["class_mean", "count_tables"]
     epsilon: float | None = Field(
@@ -101,13 +105,27 @@ class AuditReleaseIn(Strict):
         ge=MIN_EPSILON,
         le=MAX_EPSILON,
         allow_inf_nan=False,
-        description="class_mean only: ε of the Laplace mechanism; omitted = the exact mean",
+        description="class_mean only: ε of the release for the whole record (every "
+        "coordinate), add/remove one record; omitted = the exact mean",
+    )
+    value_range: tuple[Number, Number] | None = Field(
+        default=None,
+        description="class_mean with epsilon on inline rows (required there): [min, max], the "
+        "declared range every coordinate is clipped to before the sum; never read from the data",
     )
 
     @model_validator(mode="after")
     def _eps(self) -> AuditReleaseIn:
         if self.kind == "count_tables" and self.epsilon is not None:
             raise ValueError("epsilon: count_tables are audited at the stream's own ε; omit it")
+        if self.value_range is not None:
+            if self.epsilon is None:
+                raise ValueError(
+                    "value_range: only with epsilon (the exact mean clips nothing); omit it"
+                )
+            lo, hi = self.value_range
+            if not hi > lo:
+                raise ValueError(f"value_range: max must be > min, got [{lo:g}, {hi:g}]")
         return self
 
 
@@ -124,6 +142,13 @@ class AuditCreate(Strict):
     classifier: Literal["linear", "mlp"] = Field(
         default="linear", description="linear, or the 3-layer perceptron (hidden size 300)"
     )
+    draws: int = Field(
+        default=DEFAULT_DRAWS,
+        ge=1,
+        le=MAX_DRAWS,
+        description=f"noise draws of the release, each attacked by freshly trained attacks "
+        f"(count_tables: the tables' one release, re-trained on); 1 to {MAX_DRAWS}",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> AuditCreate:
@@ -132,6 +157,20 @@ class AuditCreate(Strict):
             raise ValueError("attacks: an attack occurs twice")
         if self.release.kind == "count_tables" and self.source.stream is None:
             raise ValueError("release: count_tables needs a stream source (its tables)")
+        if self.source.stream is not None and self.release.value_range is not None:
+            raise ValueError(
+                "release.value_range: a stream's records are one-hot per count table (each "
+                "has one 1 per table); omit it"
+            )
+        if (
+            self.source.rows is not None
+            and self.release.epsilon is not None
+            and self.release.value_range is None
+        ):
+            raise ValueError(
+                "release.value_range: required with epsilon for inline rows: [min, max], the "
+                "range every coordinate is clipped to (declared, never read from the data)"
+            )
         labels = self.source.labels
         if labels is not None:
             if self.positive_label not in labels:
@@ -147,12 +186,38 @@ class AuditCreatedOut(BaseModel):
     id: str
 
 
+class Spread(BaseModel):
+    mean: float
+    sd: float = Field(description="sample standard deviation over the draws (0 for one)")
+    min: float
+    max: float
+
+
 class AttackResult(BaseModel):
+    """Means over the draws; ``spread`` per figure. Gains are over what the prior alone gives."""
+
     accuracy: float = Field(description="share of the records whose class is recovered, 0-1")
-    seconds: float | None = None
+    precision: float | None = Field(
+        default=None,
+        description="of the records labelled positive, the share that are (null: none labelled)",
+    )
+    recall: float | None = Field(
+        default=None, description="of the positive records, the share labelled positive"
+    )
+    accuracy_gain: float | None = Field(
+        default=None, description="accuracy − the prior's (the majority class for everyone)"
+    )
+    precision_gain: float | None = Field(
+        default=None, description="precision − pi_p (labelling at random has precision pi_p)"
+    )
     positive_share: float | None = Field(
         default=None, description="share of the records the attack labels positive"
     )
+    draws: int | None = Field(default=None, description="runs these figures are over")
+    spread: dict[str, Spread | None] | None = Field(
+        default=None, description="per figure: mean, sd, min, max over the draws"
+    )
+    seconds: float | None = None
 
 
 class AuditOut(BaseModel):
@@ -173,13 +238,27 @@ class AuditOut(BaseModel):
     pi_p: float | None = Field(default=None, description="share of them in the positive class")
     dimensions: int | None = Field(default=None, description="numbers per record")
     epsilon: float | None = Field(
-        default=None, description="ε of the release (null: exact, or no guarantee)"
+        default=None,
+        description="ε of the release (null: exact, or no guarantee); class_mean: for the whole "
+        "record, add/remove one record (guarantee)",
     )
+    guarantee: dict[str, Any] | None = Field(
+        default=None,
+        description="class_mean with ε: epsilon (whole record), neighbours, unit, source, "
+        "epsilon_sum and epsilon_count (their split), domain, l1_bound, sum_noise_scale, "
+        "count_noise_scale; count_tables: the stream's ε and where its guarantee is stated",
+    )
+    draws: int | None = Field(default=None, description="noise draws attacked")
     mechanism: str | None = Field(
         default=None, description="count_tables: the stream's noise mechanism"
     )
     noise_scale: float | None = Field(
-        default=None, description="class_mean: the Laplace scale per coordinate (0: exact)"
+        default=None,
+        description="class_mean: the discrete Laplace scale of each coordinate of the class's "
+        "sum, in the records' units (0: exact)",
+    )
+    count_noise_scale: float | None = Field(
+        default=None, description="class_mean: the discrete Laplace scale of the class's count"
     )
     epoch: int | None = Field(default=None, description="a stream source: the epoch read")
     count_period: list[int] | None = Field(

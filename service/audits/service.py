@@ -10,19 +10,29 @@ its progress, and stores the accuracies; ``get`` reads them back; ``latest`` giv
 latest finished audit for its privacy ledger. A run that crashed (a lost worker: SAQ runs the
 job again) starts over; a run already done is not redone.
 
-Sources. Inline: the records as given, the released mean over them (``class_mean``).
-A stream: the records of the hot period of the served epoch (the open epoch's when there is no
-count period yet), at most ``MAX_STREAM_ROWS``, one-hot encoded per count table
-(``service.audits.encoding``); ``class_mean`` releases their positive class's mean (exact, or
-ε-DP with the one-hot range [0, 1], so Laplace scale ``1 / (n_p ε)``); ``count_tables`` reads
-the mean off the count period's noisy tables as an attacker would (``encoding``) at the
-stream's own ε.
+Sources. Inline: the records as given; ``class_mean`` with ε clips them to the declared
+``value_range``. A stream: the records of the hot period of the served epoch (the open epoch's
+when there is no count period yet), at most ``MAX_STREAM_ROWS``, one-hot encoded per count
+table (``service.audits.encoding``: one 1 per table, so a record's L1 norm is at most the
+number of tables, the declared bound); ``count_tables`` reads the mean off the count period's
+noisy tables as an attacker would (``encoding``) at the stream's own ε.
+
+The release (``class_mean`` with ε): the noisy sum and count of the positive class,
+``service.core.pu.SumRelease``: ε for the whole record, add/remove one record of the records
+audited (on a hot period of more than ``MAX_STREAM_ROWS`` records a record added before the
+last one audited displaces it: a swap, up to 2ε). Each audit attacks ``draws`` noise draws
+(count_tables: the tables' one release, re-trained on) and reports per attack the means,
+precision, recall, gains over the prior and their spread.
+
+Owner. An audit belongs to the key that created it (``spec.owner``, the key id): a read by any
+other key, an admin's included, is the 404 of an unknown id.
 
 Lifetime. Every key of an audit expires ``AUDIT_TTL_SECONDS`` (one day) after its creation; for
-a stream source at most ``window_seconds`` after it, because the results are figures about the
-hot period's records, which leave it at most one window later (as k-anonymised releases,
-``service.anonymize.service``). Inline records are deleted as soon as the audit is done or
-failed and appear in no log, audit entry or error.
+a stream source at most ``window_seconds`` after it, and before that ``expire_for_stream``
+deletes it at the roll that ends the hot period of the oldest window it read (the job lists it
+in the stream's index before it reads, ``AuditStore.index``; an audit that sees the stream roll
+past that window while it reads deletes itself). Inline records are deleted as soon as the
+audit is done or failed and appear in no log, audit entry or error.
 
 The audit protects nothing: it measures what a class-level release tells about a population.
 It is not charged in the privacy ledger (it reads the service's own data and releases only
@@ -52,6 +62,7 @@ from service.audits.schemas import (
 from service.audits.store import AuditStore
 from service.context import AppContext
 from service.core import pu
+from service.core.runtime import StreamRuntime
 from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
 from service.features import service as features
@@ -93,9 +104,9 @@ def _unpack(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
     return x, np.asarray(h["labels"], dtype=object)
 
 
-async def create(*, ctx: AppContext, body: AuditCreate) -> tuple[str, dict[str, Any]]:
-    """Store the audit and enqueue its job: its id and the spec stored (no values), which the
-    caller audits."""
+async def create(*, ctx: AppContext, body: AuditCreate, owner: str) -> tuple[str, dict[str, Any]]:
+    """Store the audit of key ``owner`` and enqueue its job: its id and the spec stored (no
+    values), which the caller audits."""
     ttl = AUDIT_TTL_SECONDS
     positive = str(body.positive_label)
     stream_id = None
@@ -130,6 +141,8 @@ async def create(*, ctx: AppContext, body: AuditCreate) -> tuple[str, dict[str, 
         "release": body.release.model_dump(mode="json"),
         "attacks": list(body.attacks),
         "classifier": body.classifier,
+        "draws": body.draws,
+        "owner": owner,
         "created_at": _now_iso(),
     }
     expires_at_ms = int((time.time() + ttl) * 1000)
@@ -138,22 +151,24 @@ async def create(*, ctx: AppContext, body: AuditCreate) -> tuple[str, dict[str, 
         "reidentification_run", key=f"reidentification:{a}", timeout=JOB_TIMEOUT_SECONDS, id=a
     )
     detail = {
-        **{k: v for k, v in spec.items() if k != "created_at"},
+        **{k: v for k, v in spec.items() if k not in ("created_at", "owner")},
         "rows": rows,
         "ttl_seconds": ttl,
     }
     return a, detail
 
 
-async def _meta(ctx: AppContext, a: str) -> dict[str, bytes]:
+async def _meta(ctx: AppContext, a: str, owner: str) -> dict[str, bytes]:
+    """The audit's meta when key ``owner`` created it; the same 404 when it did not as when the
+    audit does not exist."""
     meta = await _store(ctx).meta(a)
-    if meta is None or "spec" not in meta:
+    if meta is None or "spec" not in meta or orjson.loads(meta["spec"]).get("owner") != owner:
         raise NotFound(f"re-identification audit {a!r} not found (or expired)")
     return meta
 
 
-async def get(*, ctx: AppContext, a: str) -> AuditOut:
-    meta = await _meta(ctx, a)
+async def get(*, ctx: AppContext, a: str, owner: str) -> AuditOut:
+    meta = await _meta(ctx, a, owner)
     spec = orjson.loads(meta["spec"])
     summary = orjson.loads(meta["summary"]) if "summary" in meta else {}
     summary.pop("finished_at", None)
@@ -199,9 +214,17 @@ async def _hot_columns(
     return columns, labels
 
 
-async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]:
+class _Rolled(Exception):
+    """The stream rolled past the oldest window an audit reads while it read them."""
+
+
+async def _stream_input(
+    ctx: AppContext, spec: dict[str, Any], a: str | None = None
+) -> dict[str, Any]:
     """The records of a stream source, one-hot per count table, their labels, and for
-    ``count_tables`` the mean read off the tables (``service.audits.encoding``)."""
+    ``count_tables`` the mean read off the tables (``service.audits.encoding``). With ``a``,
+    the audit is listed in the stream's index (by the oldest window read) before the records
+    are read, and ``_Rolled`` raised when a roll ended that window's hot period meanwhile."""
     name = spec["source"].split(":", 1)[1]
     rt = await streams.runtime(ctx=ctx, name=name)
     if rt.id != spec["stream_id"]:
@@ -217,8 +240,13 @@ async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]
     if kind == "count_tables" and (fz is None or fz.agg.n_windows == 0):
         raise ValueError(f"release: stream {name!r} has no count period")
     lo, hi = rt.hot_period(epoch)
+    oldest = max(lo, 1)
+    if a is not None:
+        await _store(ctx).index(name, a, oldest=oldest, longest_ms=AUDIT_TTL_SECONDS * 1000)
     wanted = list(dict.fromkeys(f for t in rt.tables for f in t.features))
     columns, labels = await _hot_columns(ctx, name, lo, hi, wanted)
+    if a is not None and not await _still_hot(ctx, rt, oldest):
+        raise _Rolled
     y = np.asarray([str(v) if v is not None else "" for v in labels], dtype=object)
     positive = spec["positive_label"]
     if not (y == positive).any() or (y == positive).all():
@@ -230,7 +258,15 @@ async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]
         one_hot, rt, columns, len(labels), max_columns=MAX_STREAM_DIMENSIONS
     )
     del columns
-    out: dict[str, Any] = {"x": enc.x, "y": y, "epoch": epoch, "value_range": (0.0, 1.0)}
+    out: dict[str, Any] = {
+        "x": enc.x,
+        "y": y,
+        "epoch": epoch,
+        "domain": pu.Domain.one_hot(len(rt.tables)),
+        "source": f"the first {len(labels)} records (at most {MAX_STREAM_ROWS}) of the hot "
+        f"period of epoch {epoch}, windows {oldest}-{hi}, one-hot per count table",
+        "windows": [oldest, hi],
+    }
     out["dropped_columns"] = enc.dropped
     if kind == "count_tables":
         assert fz is not None
@@ -243,7 +279,30 @@ async def _stream_input(ctx: AppContext, spec: dict[str, Any]) -> dict[str, Any]
         out["epsilon"] = p.epsilon if p.mechanism == "laplace" else None
         out["count_period"] = [min(fz.agg.windows), max(fz.agg.windows)]
         out["n_hat_p"] = n_hat
+        out["guarantee"] = {
+            "epsilon": out["epsilon"],
+            "mechanism": p.mechanism,
+            "neighbours": f"as GET /v1/streams/{name}/privacy states for the stream's tables",
+            "unit": "one observation of the count period",
+            "source": "the count tables of windows "
+            f"{out['count_period'][0]}-{out['count_period'][1]}",
+        }
     return out
+
+
+async def _still_hot(ctx: AppContext, rt: StreamRuntime, oldest: int) -> bool:
+    """Whether window ``oldest`` is still in the hot period of the stream's open epoch."""
+    epoch = await ctx.stores.windows.epoch(rt.name) or 1
+    return max(rt.hot_period(epoch)[0], 1) <= oldest
+
+
+async def expire_for_stream(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
+    """Delete the stream's audits whose oldest window left the hot period of ``epoch`` (called
+    by ``service.lifecycle.expire`` at every roll, before its AOF rewrite): how many still
+    had keys."""
+    store = _store(ctx)
+    hot_lo = rt.hot_period(epoch)[0]
+    return await store.delete(rt.name, await store.indexed(rt.name, before=hot_lo))
 
 
 class _Stopped(Exception):
@@ -272,6 +331,9 @@ def _compute(
         progress[0], progress[1] = p, stage
 
     release = spec["release"]
+    domain = inp.get("domain")
+    if domain is None and release.get("value_range") is not None:
+        domain = pu.Domain.box(*release["value_range"])
     with openmp_limited(threads):
         res = pu.audit(
             inp["x"],
@@ -280,22 +342,25 @@ def _compute(
             attacks=spec["attacks"],
             classifier=spec["classifier"],
             epsilon=release.get("epsilon") if "released" not in inp else inp.get("epsilon"),
-            value_range=inp.get("value_range"),
+            domain=domain,
+            draws=spec.get("draws", 1),
             config=CONFIG,
             progress=tick,
             released=inp.get("released"),
         )
-    results = {
-        k: {f: v[f] for f in ("accuracy", "seconds", "positive_share") if f in v}
-        for k, v in res["results"].items()
-    }
+    guarantee = inp.get("guarantee") if "released" in inp else res["guarantee"]
+    if guarantee is not None and "source" not in guarantee:
+        guarantee["source"] = inp.get("source", f"the {res['n']} inline rows")
     summary = {
-        "results": results,
+        "results": res["results"],
         "n": res["n"],
         "pi_p": res["pi_p"],
         "dimensions": int(inp["x"].shape[1]),
         "epsilon": res["epsilon"],
+        "guarantee": guarantee,
+        "draws": res["draws"],
         "noise_scale": None if "released" in inp else res["noise_scale"],
+        "count_noise_scale": None if "released" in inp else res["count_noise_scale"],
         "mechanism": inp.get("mechanism"),
         "epoch": inp.get("epoch"),
         "count_period": inp.get("count_period"),
@@ -332,7 +397,7 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
             del blob
             inp: dict[str, Any] = {"x": x, "y": y}
         else:
-            inp = await _stream_input(ctx, spec)
+            inp = await _stream_input(ctx, spec, a)
         progress: list[Any] = [0.0, "starting"]
         stop = threading.Event()
         threads = ctx.settings.audit_threads
@@ -360,6 +425,10 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
                 work.add_done_callback(_retrieve)
                 raise
         summary = work.result()
+    except _Rolled:  # the roll's expiry may have run before the audit was listed
+        assert stream is not None
+        await store.delete(stream, [a])
+        return {"status": "expired"}
     except ValueError as exc:  # the core's and the reader's messages name fields, never values
         return await fail(str(exc))
     except ServiceError as exc:  # e.g. the stream was deleted since
@@ -368,7 +437,10 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
         log.error("re-identification audit %s failed: %s", a, type(exc).__name__)
         return await fail(f"internal error ({type(exc).__name__}); see the worker log")
     summary["finished_at"] = _now_iso()
-    await store.finish(a, expires_at_ms=expires_at_ms, summary=summary, error=None, stream=stream)
+    if not await store.finish(
+        a, expires_at_ms=expires_at_ms, summary=summary, error=None, stream=stream
+    ):
+        return {"status": "expired"}  # deleted by a roll while it ran
     return {"status": "done", "n": summary["n"]}
 
 
@@ -377,7 +449,8 @@ def _pct(v: float) -> str:
 
 
 def describe(spec: dict[str, Any], summary: dict[str, Any]) -> str:
-    """The sentence a privacy officer reads: the best attack run against the baselines."""
+    """The sentence a privacy officer reads: the best attack run (its mean over the draws,
+    their range, its precision against the positive share) against the baselines."""
     res = summary["results"]
     pu_run = [k for k in ("growpu", "nnpu", "upu") if k in res]
     best = max(pu_run or ["kmeans"], key=lambda k: res[k]["accuracy"])
@@ -386,8 +459,18 @@ def describe(spec: dict[str, Any], summary: dict[str, Any]) -> str:
         reads = "reads these tables"
     else:
         eps = release.get("epsilon")
-        what = "exact" if eps is None else f"ε = {eps:g}"
+        what = "exact" if eps is None else f"ε = {eps:g} for a whole record, add/remove"
         reads = f"reads the mean of class {spec['positive_label']!r} ({what})"
+    r = res[best]
+    how = [f"with {NAMES[best]}"]
+    spread = (r.get("spread") or {}).get("accuracy")
+    if spread and r.get("draws", 1) > 1:
+        how.append(f"mean of {r['draws']} draws, {_pct(spread['min'])} to {_pct(spread['max'])}")
+    if r.get("precision") is not None:
+        how.append(
+            f"precision {_pct(r['precision'])} against a positive share of "
+            f"{_pct(summary['pi_p'])}, recall {_pct(r['recall'])}"
+        )
     base = [f"prior {_pct(res['prior']['accuracy'])}"]
     if "kmeans" in res and best != "kmeans":
         base.append(f"K-means {_pct(res['kmeans']['accuracy'])}")
@@ -395,7 +478,7 @@ def describe(spec: dict[str, Any], summary: dict[str, Any]) -> str:
         base.append(f"oracle {_pct(res['oracle']['accuracy'])}")
     return (
         f"an attacker who knows these records and {reads} labels "
-        f"{_pct(res[best]['accuracy'])} of them correctly with {NAMES[best]} "
+        f"{_pct(r['accuracy'])} of them correctly {'; '.join(how)} "
         f"({', '.join(base)})"
     )
 

@@ -2,11 +2,12 @@
 
 Su, Huynh, Chen, Lu, Lu, "Re-identification Attack to Privacy-Preserving Data Analysis with
 Noisy Sample-Mean", KDD 2020 ("the paper").  The attacker holds all ``n`` unlabelled records
-``X_u`` and one released statistic: the (noisy) mean ``x̄_p`` of the positive class, whose count
-``n_p`` and hence prior ``π_p = n_p / n`` it also knows (the paper assumes ``π_p`` is given, §4.2;
-the DP noise scale below needs ``n_p`` too).  It learns a decision function ``g`` and labels a
-record positive when ``g(x) > 0``; the audit reports the **re-identification accuracy**, the
-fraction of records whose class is recovered.
+``X_u`` and one released statistic: the (noisy) mean ``x̄_p`` of the positive class, and knows the
+prior ``π_p = n_p / n`` (the paper assumes ``π_p`` is given, §4.2).  It learns a decision
+function ``g`` and labels a record positive when ``g(x) > 0``; the audit reports the
+**re-identification accuracy**, the fraction of records whose class is recovered, with the
+positive class's precision and recall and the gains over the prior (:func:`scores`), over
+several noise draws (:func:`summarise`).
 
 The mean as a PU risk (§4.3)
 ----------------------------
@@ -73,15 +74,16 @@ so it is an optimistic baseline), the **prior** (everyone in the majority class)
 **oracle** (the same classifier trained with the sigmoid loss on the true labels and scored on
 the records it was trained on: the paper's upper bound).
 
-The release (§6.1.2): the exact class mean, or the ε-DP mean ``x̄_p + Lap(b)^d`` with
-``b = (max(x) − min(x)) / (n_p ε)`` (:func:`laplace_mean_scale`), the L1 sensitivity per
-coordinate of a mean of ``n_p`` values in ``[min, max]``.  Following the paper, ``min`` and
-``max`` are the records' overall minimum and maximum unless the caller gives the domain
-(``value_range``); ``n_p`` is treated as public.  The noise comes from the project's CSPRNG
-sampler (:func:`service.core.noise.discrete_laplace`, ``os.urandom``): ``b · L / 2**20`` with
-``L ~ Lap_Z(2**20)``, a Laplace(b) variate rounded to a grid of ``b / 2**20``
-(:func:`laplace_noise`); its distribution function differs from Laplace(b)'s by less than
-``2**-20``.
+The release: the exact class mean, or an ε-DP release of the class calibrated to the whole
+record (:class:`SumRelease`): the noisy sum of the class's records, each clipped to a DECLARED
+domain (a box ``[min, max]`` per coordinate, or one-hot with a known number of ones), and the
+noisy count ``ñ_p``, discrete Laplace on integers with ``ε_sum + ε_count = ε`` (one tenth to the
+count, :data:`COUNT_SHARE`), for add/remove neighbours; the attacker's mean is
+``S̃ / max(ñ_p, 1)``.  The paper's release (§6.1.2), Laplace ``(max(x) − min(x))/(n_p ε)`` on
+each coordinate of the mean with ``n_p`` public and the range read from the records, bounds one
+coordinate only: for the ``d``-coordinate vector it is ``d·ε``-DP under substitution (784·ε on
+MNIST), and the range itself is a function of the data.  :func:`laplace_mean_scale` keeps its
+formula for the benchmark, which places the paper's noise on the whole-record scale.
 
 Randomness: training (initialisation, batches, dropout, K-means seeding) uses numpy's
 ``default_rng`` seeded from the OS; only the DP noise must be unpredictable.  ``seed`` fixes both
@@ -107,7 +109,13 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.cluster.vq import kmeans2
 
-from service.core.noise import RandomBits, SeededRandomBits, discrete_laplace
+from service.core.noise import (
+    MAX_LAPLACE_SCALE,
+    RandomBits,
+    SeededRandomBits,
+    discrete_laplace,
+    effective_laplace_scale,
+)
 from service.core.pu_models import (
     LEARNING_RATE,
     Adam,
@@ -121,12 +129,16 @@ from service.core.pu_models import (
 
 __all__ = [
     "ATTACKS",
+    "COUNT_SHARE",
+    "Domain",
     "PUConfig",
+    "SumRelease",
     "audit",
+    "calibrate",
     "laplace_mean_scale",
-    "laplace_noise",
     "nnpu_risk",
-    "release_mean",
+    "scores",
+    "summarise",
     "upu_risk",
 ]
 
@@ -134,8 +146,6 @@ F32 = NDArray[np.float32]
 Attack = Literal["growpu", "nnpu", "upu", "kmeans"]
 ATTACKS: tuple[str, ...] = ("growpu", "nnpu", "upu", "kmeans")
 Progress = Callable[[float, str], None]
-
-_GRID_BITS = 20  # the Laplace noise is rounded to a grid of scale / 2**20
 
 
 @dataclass(frozen=True)
@@ -263,11 +273,168 @@ def _weighted_logistic_grad(y: F32, w: F32, scale: float) -> LossGrad:
 # The release
 # ------------------------------------------------------------------------------------------
 
+COUNT_SHARE = Fraction(1, 10)
+"""The share of the release's ε spent on the noisy count ``ñ_p``; the noisy sum gets the rest."""
+MAX_LEVELS = 2**15
+"""A box record's coordinates are rounded to integers in ``[−MAX_LEVELS, MAX_LEVELS]`` (fewer
+when the sum's noise scale would pass the sampler's limit, ``noise.MAX_LAPLACE_SCALE``)."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What every record is declared to be, never read from the data: ``box``, every
+    coordinate in ``[lo, hi]`` (records are clipped to it before they are summed), or
+    ``one_hot``, 0/1 values with at most ``tables`` ones (a stream's records,
+    ``service.audits.encoding``)."""
+
+    kind: Literal["box", "one_hot"]
+    lo: float = 0.0
+    hi: float = 1.0
+    tables: int = 0
+
+    @classmethod
+    def box(cls, lo: float, hi: float) -> Domain:
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise ValueError(
+                f"value_range must be finite (min, max) with max > min, got {(lo, hi)}"
+            )
+        return cls("box", lo=float(lo), hi=float(hi))
+
+    @classmethod
+    def one_hot(cls, tables: int) -> Domain:
+        if not (isinstance(tables, int) and tables >= 1):
+            raise ValueError(f"tables must be an integer >= 1, got {tables!r}")
+        return cls("one_hot", tables=tables)
+
+    def describe(self) -> dict[str, Any]:
+        if self.kind == "box":
+            return {"kind": "box", "min": self.lo, "max": self.hi}
+        return {"kind": "one_hot", "tables": self.tables}
+
+
+@dataclass(frozen=True)
+class SumRelease:
+    """The ε-DP release of one class: the noisy sum of its records and their noisy count, both
+    by the discrete Laplace mechanism on integers (:func:`service.core.noise.discrete_laplace`,
+    ``os.urandom``), for add/remove neighbours (one record more or less in the class).
+
+    Each record becomes an integer vector (:meth:`units`): a ``box`` record is clipped to
+    ``[lo, hi]``, centred on ``c = (lo + hi)/2`` and rounded to the grid of ``step = (hi − lo) /
+    (2 Q)``, so every coordinate is an integer in ``[−Q, Q]`` and the record's L1 norm at most
+    ``bound = d·Q`` (``d·(hi − lo)/2`` in the data's units); a ``one_hot`` record is its own
+    integer vector, of L1 norm at most ``bound = tables``. The sum ``S = Σ units`` has L1
+    sensitivity ``bound`` and the count sensitivity 1, so ``S + Lap_Z(bound/ε_sum)^d`` and
+    ``n_p + Lap_Z(1/ε_count)`` are together ``ε = ε_sum + ε_count``-DP for the whole vector
+    (basic composition; ``ε_count = ε·COUNT_SHARE``). The sampler may round a scale up (never
+    down): the scales here are the ones it uses. The attacker's mean is
+    ``S̃·step / max(ñ_p, 1) + c`` (:meth:`mean`), post-processing."""
+
+    domain: Domain
+    dimensions: int
+    epsilon: Fraction
+    epsilon_sum: Fraction
+    epsilon_count: Fraction
+    step: float
+    centre: float
+    levels: int
+    bound: int
+    sum_scale: Fraction
+    count_scale: Fraction
+
+    def units(self, x: NDArray[np.floating]) -> NDArray[np.int64]:
+        """The records as the integer vectors that are summed (module docstring)."""
+        if self.domain.kind == "one_hot":
+            ones = x == 1
+            if not np.all(ones | (x == 0)) or np.any(ones.sum(axis=1) > self.bound):
+                raise ValueError(
+                    f"x: one-hot records must be 0/1 with at most {self.bound} ones each"
+                )
+            return ones.astype(np.int64)
+        d = self.domain
+        clipped = np.clip(x.astype(np.float64), d.lo, d.hi)
+        q = np.rint((clipped - self.centre) / self.step)
+        return np.clip(q, -self.levels, self.levels).astype(np.int64)
+
+    def draw(
+        self, units: NDArray[np.int64], *, bits: RandomBits | None = None
+    ) -> tuple[NDArray[np.int64], int]:
+        """One release of the class whose records are ``units``: its noisy sum and count."""
+        noisy_sum = units.sum(axis=0) + discrete_laplace(
+            scale=self.sum_scale, size=self.dimensions, bits=bits
+        )
+        noisy_count = len(units) + int(
+            discrete_laplace(scale=self.count_scale, size=1, bits=bits)[0]
+        )
+        return noisy_sum, noisy_count
+
+    def mean(self, noisy_sum: NDArray[np.int64], noisy_count: int) -> NDArray[np.float64]:
+        """The class mean an attacker computes from the release (post-processing)."""
+        return noisy_sum.astype(np.float64) * (self.step / max(noisy_count, 1)) + self.centre
+
+    def guarantee(self) -> dict[str, Any]:
+        """The release's guarantee as reported: whole-record ε, neighbours, the split, the
+        declared domain, the per-record L1 bound and the noise scales (data units)."""
+        return {
+            "epsilon": float(self.epsilon),
+            "neighbours": "add or remove one record",
+            "unit": f"the whole record (all {self.dimensions} coordinates)",
+            "epsilon_sum": float(self.epsilon_sum),
+            "epsilon_count": float(self.epsilon_count),
+            "domain": self.domain.describe(),
+            "l1_bound": self.bound * self.step,
+            "sum_noise_scale": float(self.sum_scale) * self.step,
+            "count_noise_scale": float(self.count_scale),
+        }
+
+
+def calibrate(domain: Domain, *, dimensions: int, epsilon: float) -> SumRelease:
+    """The :class:`SumRelease` of ``dimensions``-coordinate records of ``domain`` at ``ε``
+    (ε_count = ε·COUNT_SHARE, ε_sum = ε − ε_count, exactly); public parameters only."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if dimensions < 1:
+        raise ValueError(f"dimensions must be >= 1, got {dimensions=}")
+    eps = Fraction(epsilon)
+    eps_count = eps * COUNT_SHARE
+    eps_sum = eps - eps_count
+    if domain.kind == "box":
+        levels = min(MAX_LEVELS, math.floor(MAX_LAPLACE_SCALE * eps_sum / dimensions))
+        if levels < 1:
+            raise ValueError(
+                f"epsilon: {epsilon:g} is too small for {dimensions} coordinates (the sum's "
+                f"noise scale would pass {MAX_LAPLACE_SCALE})"
+            )
+        step = (domain.hi - domain.lo) / (2 * levels)
+        centre = (domain.lo + domain.hi) / 2
+        bound = dimensions * levels
+    else:
+        levels, step, centre, bound = 1, 1.0, 0.0, domain.tables
+        if Fraction(bound) / eps_sum > MAX_LAPLACE_SCALE:
+            raise ValueError(
+                f"epsilon: {epsilon:g} is too small for records of {bound} tables (the sum's "
+                f"noise scale would pass {MAX_LAPLACE_SCALE})"
+            )
+    return SumRelease(
+        domain=domain,
+        dimensions=dimensions,
+        epsilon=eps,
+        epsilon_sum=eps_sum,
+        epsilon_count=eps_count,
+        step=step,
+        centre=centre,
+        levels=levels,
+        bound=bound,
+        sum_scale=effective_laplace_scale(scale=Fraction(bound) / eps_sum),
+        count_scale=effective_laplace_scale(scale=1 / eps_count),
+    )
+
 
 def laplace_mean_scale(*, value_range: float, n_p: int, epsilon: float) -> float:
-    """Laplace scale per coordinate for an ε-DP class mean (the paper §6.1.2):
-    ``b = (max(x) − min(x)) / (n_p ε)``: changing one of ``n_p`` records moves each coordinate
-    of their mean by at most ``(max − min)/n_p``."""
+    """The paper's calibration (§6.1.2), which the audit does NOT use: Laplace scale
+    ``(max − min)/(n_p ε)`` on each coordinate of the class mean, ``n_p`` public. It bounds one
+    coordinate; the whole ``d``-coordinate mean is ``d·ε``-DP for substitution neighbours
+    (one record replaced: every coordinate may move by ``(max − min)/n_p``) and has no bound
+    for add/remove ones (``n_p`` changes). The benchmark uses it to place the paper's noise."""
     if not (math.isfinite(value_range) and value_range > 0):
         raise ValueError(f"value_range must be finite and > 0, got {value_range=}")
     if n_p < 1:
@@ -275,47 +442,6 @@ def laplace_mean_scale(*, value_range: float, n_p: int, epsilon: float) -> float
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon=}")
     return value_range / (n_p * epsilon)
-
-
-def laplace_noise(
-    *, scale: float, size: int, bits: RandomBits | None = None
-) -> NDArray[np.float64]:
-    """``size`` Laplace(0, ``scale``) variates from the CSPRNG (``bits=None``: ``os.urandom``):
-    ``scale · L / 2**20`` with ``L ~ Lap_Z(2**20)`` drawn by :func:`discrete_laplace`, i.e.
-    Laplace(scale) rounded to a grid of ``scale / 2**20`` (CDFs within ``2**-20``)."""
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be finite and > 0, got {scale=}")
-    units = discrete_laplace(scale=Fraction(2**_GRID_BITS), size=size, bits=bits)
-    return units.astype(np.float64) * (scale / 2**_GRID_BITS)
-
-
-def release_mean(
-    x: NDArray[np.floating],
-    is_pos: NDArray[np.bool_],
-    *,
-    epsilon: float | None,
-    value_range: tuple[float, float] | None = None,
-    bits: RandomBits | None = None,
-) -> tuple[NDArray[np.float64], float]:
-    """The released positive-class mean and the Laplace scale used (0.0 when noiseless)."""
-    xp = x[is_pos]
-    mean = xp.astype(np.float64).mean(axis=0)
-    if epsilon is None:
-        return mean, 0.0
-    if value_range is None:
-        lo, hi = float(x.min()), float(x.max())
-        span = hi - lo if hi > lo else 1.0  # constant data: any positive range is a valid bound
-    else:
-        lo, hi = value_range
-        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-            raise ValueError(
-                f"value_range must be finite (min, max) with max > min, got {value_range}"
-            )
-        if x.min() < lo or x.max() > hi:
-            raise ValueError("value_range must contain every value of x")
-        span = hi - lo
-    scale = laplace_mean_scale(value_range=span, n_p=len(xp), epsilon=epsilon)
-    return mean + laplace_noise(scale=scale, size=mean.size, bits=bits), scale
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,13 +454,14 @@ class _Ticker:
 
     def __init__(self, total: float, progress: Progress | None) -> None:
         self.total, self.done, self.progress, self._last = max(total, 1.0), 0.0, progress, -1.0
+        self.suffix = ""  # appended to every stage (the draw, when there are several)
 
     def advance(self, units: float, stage: str) -> None:
         self.done = min(self.total, self.done + units)
         frac = self.done / self.total
         if self.progress is not None and (frac - self._last >= 0.01 or frac >= 1.0):
             self._last = frac
-            self.progress(frac, stage)
+            self.progress(frac, stage + self.suffix)
 
 
 def _batch(rng: np.random.Generator, n: int, b: int) -> NDArray[np.intp]:
@@ -464,20 +591,81 @@ def _train_oracle(
             tick.advance(1, "oracle")
 
 
-def _kmeans_accuracy(x: F32, is_pos: NDArray[np.bool_], rng: np.random.Generator) -> float:
-    """2-means (Lloyd, k-means++ seeding), the better cluster-to-class assignment."""
+def _kmeans_prediction(
+    x: F32, is_pos: NDArray[np.bool_], rng: np.random.Generator
+) -> NDArray[np.bool_]:
+    """2-means (Lloyd, k-means++ seeding), the cluster-to-class assignment that scores best."""
     _, labels = kmeans2(x.astype(np.float64), 2, minit="++", seed=rng)
-    acc = float(np.mean((labels == 1) == is_pos))
-    return max(acc, 1.0 - acc)
+    pred = labels == 1
+    return pred if np.mean(pred == is_pos) >= 0.5 else ~pred
+
+
+# ------------------------------------------------------------------------------------------
+# Scores
+# ------------------------------------------------------------------------------------------
+
+METRICS = ("accuracy", "precision", "recall", "accuracy_gain", "precision_gain", "positive_share")
+
+
+def scores(pred: NDArray[np.bool_], is_pos: NDArray[np.bool_]) -> dict[str, float | None]:
+    """One labelling's figures: ``accuracy``; for the positive class ``precision`` (of the
+    records labelled positive, the share that are; None when none is) and ``recall`` (of the
+    positive records, the share labelled positive); the gains over what the prior alone gives,
+    ``accuracy_gain = accuracy − max(π_p, 1 − π_p)`` and ``precision_gain = precision − π_p``
+    (labelling at random at any rate has precision π_p); ``positive_share``."""
+    pi_p = float(is_pos.mean())
+    labelled = int(pred.sum())
+    hits = int((pred & is_pos).sum())
+    accuracy = float(np.mean(pred == is_pos))
+    precision = hits / labelled if labelled else None
+    return {
+        "accuracy": accuracy,
+        "precision": precision,
+        "recall": hits / int(is_pos.sum()),
+        "accuracy_gain": accuracy - max(pi_p, 1.0 - pi_p),
+        "precision_gain": None if precision is None else precision - pi_p,
+        "positive_share": labelled / len(pred),
+    }
+
+
+def summarise(runs: Sequence[dict[str, float | None]]) -> dict[str, Any]:
+    """The figures of several runs: each metric's mean (None when no run has it), and
+    ``spread``: per metric its ``mean``, ``sd`` (sample standard deviation; 0 for one run),
+    ``min``, ``max`` over the runs that have it; ``draws``: the number of runs."""
+    out: dict[str, Any] = {"draws": len(runs)}
+    spread: dict[str, dict[str, float] | None] = {}
+    for m in METRICS:
+        vals = [float(v) for r in runs if (v := r.get(m)) is not None]
+        if not vals:
+            out[m], spread[m] = None, None
+            continue
+        mean = sum(vals) / len(vals)
+        sd = (
+            math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+            if len(vals) > 1
+            else 0.0
+        )
+        out[m] = mean
+        spread[m] = {"mean": mean, "sd": sd, "min": min(vals), "max": max(vals)}
+    out["spread"] = spread
+    return out
 
 
 # ------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------
 
+MAX_DRAWS = 20
+
 
 def _validate(
-    x: Any, y: Any, positive: Any, attacks: Sequence[str], classifier: str, epsilon: Any
+    x: Any,
+    y: Any,
+    positive: Any,
+    attacks: Sequence[str],
+    classifier: str,
+    epsilon: Any,
+    draws: Any,
 ) -> tuple[F32, NDArray[np.bool_]]:
     xa = np.asarray(x)
     if xa.ndim != 2 or xa.shape[0] < 2 or xa.shape[1] < 1:
@@ -502,6 +690,8 @@ def _validate(
         isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0
     ):
         raise ValueError(f"epsilon must be a finite number > 0 or None, got {epsilon!r}")
+    if not (isinstance(draws, int) and 1 <= draws <= MAX_DRAWS):
+        raise ValueError(f"draws must be an integer from 1 to {MAX_DRAWS}, got {draws!r}")
     return xf, is_pos
 
 
@@ -513,71 +703,87 @@ def audit(
     attacks: Sequence[str] = ATTACKS,
     classifier: ClassifierName = "linear",
     epsilon: float | None = None,
-    value_range: tuple[float, float] | None = None,
+    domain: Domain | None = None,
+    draws: int = 1,
     oracle: bool = True,
     config: PUConfig | None = None,
     seed: int | None = None,
     progress: Progress | None = None,
     released: NDArray[np.floating] | None = None,
 ) -> dict[str, Any]:
-    """Release the positive class's mean of ``x`` (exact, or ε-DP when ``epsilon`` is given),
-    run ``attacks`` on the records and that mean, and score them against ``y``.
+    """Release the positive class of ``x`` (its exact mean, or with ``epsilon`` the ε-DP noisy
+    sum and count of :class:`SumRelease` over the declared ``domain``), run ``attacks`` on the
+    records and the mean an attacker computes from it, and score them against ``y``; ``draws``
+    times, each with a fresh noise draw and fresh training (K-means, the prior and the oracle
+    read no release and run once).
 
     ``x``: records (n × d, real); ``y``: their labels, ``positive`` the label of the released
-    class.  ``progress(fraction, stage)`` is called as work completes (at most every 1 %, and
-    with 1.0 at the end).  ``seed`` is FOR TESTS ONLY (it makes the DP noise predictable).
-    ``released``: the positive-class mean as the attacker reads it from a release made
-    elsewhere (e.g. the service's noisy count tables, ``service.audits``): it is attacked as
-    given, no mean is computed or noised here, ``epsilon`` is only reported and
-    ``noise_scale`` is 0.0.
+    class; ``domain``: required with ``epsilon`` (what a record is declared to be: the range is
+    never read from the data). ``progress(fraction, stage)`` is called as work completes (at
+    most every 1 %, and with 1.0 at the end). ``seed`` is FOR TESTS ONLY (it makes the DP
+    noise predictable). ``released``: the positive-class mean as the attacker reads it from a
+    release made elsewhere (e.g. the service's noisy count tables, ``service.audits``): it is
+    attacked as given (each draw re-trains on that one release), no mean is computed or noised
+    here, ``epsilon`` is only reported and ``guarantee`` is None.
 
-    Returns ``{"results": {attack: {"accuracy": ...}, "prior": ..., "oracle": ...}, "n", "pi_p",
-    "epsilon", "noise_scale", "classifier", "seconds"}``; accuracies are fractions in [0, 1].
-    Raises ``ValueError`` naming the argument on bad input.
+    Returns ``{"results": {attack: scores' means, "draws", "spread", "seconds"}, "prior": ...,
+    "oracle": ...}, "n", "pi_p", "epsilon", "guarantee", "noise_scale", "count_noise_scale",
+    "draws", "classifier", "config", "seconds"}`` (:func:`scores`, :func:`summarise`); figures
+    are fractions. Raises ``ValueError`` naming the argument on bad input.
     """
     start = time.perf_counter()
     cfg = config or PUConfig()
-    xf, is_pos = _validate(x, y, positive, attacks, classifier, epsilon)
+    xf, is_pos = _validate(x, y, positive, attacks, classifier, epsilon, draws)
     rng = np.random.default_rng(seed)
     bits = SeededRandomBits(seed) if seed is not None else None
-    n = len(xf)
+    n, d = xf.shape
     pi_p = float(is_pos.mean())
-    if released is None:
-        mean64, scale = release_mean(
-            xf, is_pos, epsilon=epsilon, value_range=value_range, bits=bits
-        )
-    else:
-        mean64, scale = np.asarray(released, dtype=np.float64), 0.0
-        if mean64.shape != (xf.shape[1],) or not np.all(np.isfinite(mean64)):
+    mechanism: SumRelease | None = None
+    units: NDArray[np.int64] | None = None
+    if released is not None:
+        fixed = np.asarray(released, dtype=np.float64)
+        if fixed.shape != (d,) or not np.all(np.isfinite(fixed)):
+            raise ValueError(f"released must be {d} finite numbers, got shape {fixed.shape}")
+    elif epsilon is not None:
+        if domain is None:
             raise ValueError(
-                f"released must be {xf.shape[1]} finite numbers, got shape {mean64.shape}"
+                "value_range: an ε-DP release needs the records' declared domain (the range "
+                "each coordinate is clipped to), never read from the data"
             )
-    mean = mean64.astype(np.float32)
+        mechanism = calibrate(domain, dimensions=d, epsilon=epsilon)
+        units = mechanism.units(xf[is_pos])
+    else:
+        fixed = xf[is_pos].astype(np.float64).mean(axis=0)
 
+    pu_attacks = [a for a in dict.fromkeys(attacks) if a != "kmeans"]
     batches = math.ceil(n / cfg.batch_size)
     work = {
         "growpu": cfg.t_pre + 2 * cfg.t_tune,
         "nnpu": cfg.pu_epochs * batches,
         "upu": cfg.pu_epochs * batches,
-        "kmeans": 1,
     }
     # Work units: training steps (an epoch is `batches` steps; the ticker counts epochs).
-    total = sum(work[a] for a in attacks) + (cfg.oracle_epochs * batches if oracle else 0)
+    total = (
+        draws * sum(work[a] for a in pu_attacks)
+        + ("kmeans" in attacks)
+        + (cfg.oracle_epochs * batches if oracle else 0)
+    )
     tick = _Ticker(total, progress)
 
-    results: dict[str, dict[str, Any]] = {}
-    for attack in dict.fromkeys(attacks):
-        t0 = time.perf_counter()
-        entry: dict[str, Any] = {}
-        if attack == "kmeans":
-            entry["accuracy"] = _kmeans_accuracy(xf, is_pos, rng)
-            tick.advance(1, "kmeans")
+    runs: dict[str, list[dict[str, float | None]]] = {a: [] for a in pu_attacks}
+    seconds = dict.fromkeys(pu_attacks, 0.0)
+    for i in range(draws):
+        tick.suffix = f" (draw {i + 1}/{draws})" if draws > 1 else ""
+        if mechanism is not None:
+            assert units is not None
+            mean = mechanism.mean(*mechanism.draw(units, bits=bits)).astype(np.float32)
         else:
-            model = make_model(classifier, xf.shape[1], rng)
+            mean = fixed.astype(np.float32)
+        for attack in pu_attacks:
+            t0 = time.perf_counter()
+            model = make_model(classifier, d, rng)
             if attack == "growpu":
-                entry["steps"] = _train_growpu(
-                    model, xf, mean, pi_p=pi_p, cfg=cfg, rng=rng, tick=tick
-                )
+                _train_growpu(model, xf, mean, pi_p=pi_p, cfg=cfg, rng=rng, tick=tick)
             else:
                 _train_pu(
                     model,
@@ -590,27 +796,40 @@ def audit(
                     tick=tick,
                     stage=attack,
                 )
-            pred = model.decision(xf) > 0
-            entry["accuracy"] = float(np.mean(pred == is_pos))
-            entry["positive_share"] = float(pred.mean())
-        entry["seconds"] = time.perf_counter() - t0
+            runs[attack].append(scores(model.decision(xf) > 0, is_pos))
+            seconds[attack] += time.perf_counter() - t0
+    tick.suffix = ""
+    results: dict[str, dict[str, Any]] = {}
+    for attack in dict.fromkeys(attacks):
+        if attack == "kmeans":
+            t0 = time.perf_counter()
+            entry = summarise([scores(_kmeans_prediction(xf, is_pos, rng), is_pos)])
+            tick.advance(1, "kmeans")
+            entry["seconds"] = time.perf_counter() - t0
+        else:
+            entry = {**summarise(runs[attack]), "seconds": seconds[attack]}
         results[attack] = entry
-    results["prior"] = {"accuracy": max(pi_p, 1.0 - pi_p)}
+    majority = np.full(n, pi_p > 0.5)
+    results["prior"] = summarise([scores(majority, is_pos)])
     if oracle:
         t0 = time.perf_counter()
-        model = make_model(classifier, xf.shape[1], rng)
+        model = make_model(classifier, d, rng)
         _train_oracle(model, xf, is_pos, cfg=cfg, rng=rng, tick=tick)
         results["oracle"] = {
-            "accuracy": float(np.mean((model.decision(xf) > 0) == is_pos)),
+            **summarise([scores(model.decision(xf) > 0, is_pos)]),
             "seconds": time.perf_counter() - t0,
         }
     tick.advance(total, "done")
+    guarantee = mechanism.guarantee() if mechanism is not None else None
     return {
         "results": results,
         "n": n,
         "pi_p": pi_p,
         "epsilon": epsilon,
-        "noise_scale": scale,
+        "guarantee": guarantee,
+        "noise_scale": guarantee["sum_noise_scale"] if guarantee else 0.0,
+        "count_noise_scale": guarantee["count_noise_scale"] if guarantee else 0.0,
+        "draws": draws,
         "classifier": classifier,
         "config": asdict(cfg),
         "seconds": time.perf_counter() - start,

@@ -10,6 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.anonymize import service as anonymize
+from service.audits import service as audits
 from service.context import AppContext
 from service.core.runtime import StreamRuntime
 from service.counting import service as counting
@@ -99,7 +100,9 @@ async def expire(
     await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
     # k-anonymised releases and iML sessions of hot rows go with their oldest window's period
     deleted_releases = await anonymize.expire(ctx=ctx, rt=rt, epoch=epoch)
-    if deleted_hot or deleted_releases:
+    # so do re-identification audits of hot records (their figures are about them)
+    deleted_audits = await audits.expire_for_stream(ctx=ctx, rt=rt, epoch=epoch)
+    if deleted_hot or deleted_releases or deleted_audits:
         await store.rewrite_aof()
     if not await scrub_deleted(ctx.engine) and ctx.engine.dialect.name == "sqlite":
         log.warning("the SQLite WAL was busy: deleted rows are scrubbed at the next expiry")
@@ -108,4 +111,5 @@ async def expire(
         "table_windows_deleted": deleted_tables,
         "reference_models_deleted": deleted_models,
         "anonymizations_deleted": deleted_releases,
+        "reidentification_audits_deleted": deleted_audits,
     }

@@ -1,6 +1,7 @@
 """Re-identification audits over HTTP: inline records and a real stream's count tables, run by
-the worker's job function, with progress, roles, bad input, lifetimes, the audit log and the
-stream's privacy ledger field. The attacks run on small budgets here (their accuracy is
+the worker's job function, with progress, roles, owners, bad input, lifetimes (the roll that
+ends the hot period deletes a stream's audits), the audit log and the stream's privacy ledger
+field. The attacks run on small budgets here (their accuracy is
 ``tests/core/test_pu.py``'s subject); what is checked is the plumbing: the records and the
 release the attacks get, and the figures that come back."""
 
@@ -84,9 +85,10 @@ async def test_inline_round_trip(api: Api, monkeypatch: pytest.MonkeyPatch) -> N
     body = {
         "source": {"rows": rows, "labels": labels},
         "positive_label": "1",
-        "release": {"kind": "class_mean", "epsilon": 1.0},
+        "release": {"kind": "class_mean", "epsilon": 1.0, "value_range": [-8, 8]},
         "attacks": ["nnpu", "upu", "kmeans"],
         "classifier": "linear",
+        "draws": 2,
     }
     a = await _create(api, body)
     st = (await api.get(f"{URL}/{a}", role="analyst")).json()
@@ -101,19 +103,34 @@ async def test_inline_round_trip(api: Api, monkeypatch: pytest.MonkeyPatch) -> N
     assert (await job)["status"] == "done"
     assert any(0 < p < 1 for p in seen), seen
 
-    st = (await api.get(f"{URL}/{a}", role="admin")).json()
+    st = (await api.get(f"{URL}/{a}", role="analyst")).json()
     assert st["status"] == "done" and st["progress"] == 1 and st["stage"] == "done"
     pi_p = labels.count("1") / len(labels)
     assert st["n"] == 400 and st["dimensions"] == 4 and st["pi_p"] == pytest.approx(pi_p)
     assert st["epsilon"] == 1.0 and st["source"] == "inline" and st["positive_label"] == "1"
-    # the paper's scale (max − min) / (n_p ε), the range of the records themselves
-    x = np.asarray(rows, dtype=np.float32)
-    span = float(x.max()) - float(x.min())
-    assert st["noise_scale"] == pytest.approx(span / (labels.count("1") * 1.0), rel=1e-6)
+    # ε for the whole record: the sum's L1 bound is d·(max − min)/2 = 4 · 8 of the declared
+    # range, 0.9 ε to the sum and 0.1 ε to the count; nothing read from the records
+    g = st["guarantee"]
+    assert g["epsilon"] == 1.0 and g["neighbours"] == "add or remove one record"
+    assert g["epsilon_sum"] + g["epsilon_count"] == pytest.approx(1.0)
+    assert g["epsilon_count"] == pytest.approx(0.1) and g["l1_bound"] == pytest.approx(32.0)
+    assert g["domain"] == {"kind": "box", "min": -8.0, "max": 8.0}
+    assert g["source"] == "the 400 inline rows" and st["draws"] == 2
+    assert st["noise_scale"] == pytest.approx(32.0 / 0.9, rel=1e-6)
+    assert st["count_noise_scale"] == pytest.approx(1 / 0.1, rel=1e-6)
     res = st["results"]
     assert set(res) == {"nnpu", "upu", "kmeans", "prior", "oracle"}
     assert res["prior"]["accuracy"] == pytest.approx(max(pi_p, 1 - pi_p))
     assert all(0 <= r["accuracy"] <= 1 for r in res.values())
+    for attack in ("nnpu", "upu"):  # per attack: precision, recall, gains, over 2 draws
+        r = res[attack]
+        assert r["draws"] == 2 and set(r["spread"]) >= {"accuracy", "precision", "recall"}
+        acc = r["spread"]["accuracy"]
+        assert acc["min"] <= r["accuracy"] == acc["mean"] <= acc["max"] and acc["sd"] >= 0
+        assert r["accuracy_gain"] == pytest.approx(r["accuracy"] - res["prior"]["accuracy"])
+        assert 0 <= r["recall"] <= 1
+        if r["precision"] is not None:
+            assert r["precision_gain"] == pytest.approx(r["precision"] - pi_p)
     assert res["kmeans"]["accuracy"] > 0.95  # six standard deviations apart: 2-means finds them
     assert st["seconds"] >= 0
 
@@ -167,6 +184,7 @@ async def test_count_tables_of_a_real_stream(api: Api, jobs: Jobs) -> None:
     # records in both periods, that is the exact class mean of the hot records (a sketch
     # collision could spoil one key: with 16384 buckets and 3 rows about 1 run in 30,000).
     spec = orjson.loads((await api.ctx.redis.hget(_key(api, a, "meta"), "spec")) or b"{}")
+    assert spec["owner"] and spec["draws"] == 5  # the default
     inp = await audits_service._stream_input(api.ctx, spec)
     x, y = inp["x"], inp["y"]
     distinct = [len({o["features"][f] for o in rows}) for f in ("user", "item")]
@@ -183,6 +201,7 @@ async def test_count_tables_of_a_real_stream(api: Api, jobs: Jobs) -> None:
     assert st["status"] == "done", st
     assert st["n"] == 240 and st["epoch"] == 2 and st["epsilon"] is None
     assert st["mechanism"] == "none" and st["noise_scale"] is None
+    assert st["guarantee"]["source"] == "the count tables of windows 1-1"
     assert st["count_period"] == [1, 1] and st["n_hat_p"] == (y == "1").sum()
     assert st["dropped_columns"] == 0
     assert st["positive_label"] == "1" and st["source"] == f"stream:{name}"
@@ -212,12 +231,15 @@ async def test_count_tables_of_a_real_stream(api: Api, jobs: Jobs) -> None:
     )
     assert (await _run(api, b))["status"] == "done"
     st = (await api.get(f"{URL}/{b}", role="analyst")).json()
-    n_p = int((y == "1").sum())
-    assert st["noise_scale"] == pytest.approx(1.0 / (n_p * 0.5))  # one-hot range [0, 1]
+    # one-hot records with one 1 per table (user, item, age): L1 bound 3, whatever the data
+    assert st["noise_scale"] == pytest.approx(3 / (0.9 * 0.5))
+    g = st["guarantee"]
+    assert g["domain"] == {"kind": "one_hot", "tables": 3} and g["l1_bound"] == 3
+    assert g["source"].startswith("the first 240 records (at most 20000) of the hot period")
     ri = (await api.get(f"/v1/streams/{name}/privacy", role="analyst")).json()["reidentification"]
     assert ri["id"] == b and ri["release"] == "class_mean" and ri["epsilon"] == 0.5
     assert set(ri["accuracy"]) == {"kmeans", "prior", "oracle"}
-    assert "reads the mean of class '1' (ε = 0.5)" in ri["summary"]
+    assert "reads the mean of class '1' (ε = 0.5 for a whole record, add/remove)" in ri["summary"]
 
 
 async def test_count_tables_report_the_stream_epsilon(api: Api, jobs: Jobs) -> None:
@@ -273,7 +295,7 @@ async def test_roles(api: Api) -> None:
     for role in ("producer", "model", "curator", "annotator"):
         assert (await api.post(URL, role=role, json=body)).status_code == 403, role
         assert (await api.get(f"{URL}/{a}", role=role)).status_code == 403, role
-    assert (await api.get(f"{URL}/{a}", role="analyst")).status_code == 200
+    assert (await api.get(f"{URL}/{a}", role="admin")).status_code == 200
     r = await api.get(f"{URL}/ra_{'0' * 32}", role="analyst")
     assert r.status_code == 404
     assert (await api.get(f"{URL}/nope", role="analyst")).status_code == 422
@@ -311,6 +333,27 @@ def _bad_bodies() -> list[tuple[dict[str, Any], str]]:
         ({**ok, "attacks": ["svm"]}, "attacks"),
         ({**ok, "classifier": "forest"}, "classifier"),
         ({**ok, "extra": 1}, "extra"),
+        # an ε-DP release of inline rows needs their declared range (never read from them)
+        ({**ok, "release": {"kind": "class_mean", "epsilon": 1}}, "release.value_range"),
+        ({**ok, "release": {"kind": "class_mean", "value_range": [0, 1]}}, "value_range"),
+        (
+            {**ok, "release": {"kind": "class_mean", "epsilon": 1, "value_range": [1, 1]}},
+            "value_range",
+        ),
+        (
+            {**ok, "release": {"kind": "class_mean", "epsilon": 1, "value_range": [0]}},
+            "release.value_range",
+        ),
+        (
+            {
+                **ok,
+                "source": {"stream": "s"},
+                "release": {"kind": "class_mean", "epsilon": 1, "value_range": [0, 1]},
+            },
+            "release.value_range",
+        ),
+        ({**ok, "draws": 0}, "draws"),
+        ({**ok, "draws": 21}, "draws"),
     ]
 
 
@@ -410,3 +453,119 @@ async def test_the_computation_runs_on_the_configured_threads(
     assert {(i["filepath"], i["num_threads"]) for i in inside} == {
         (path, threads) for path, _ in outside
     }
+
+
+async def test_an_audit_is_read_only_by_the_key_that_created_it(api: Api) -> None:
+    """Another analyst, or an admin, gets the 404 of an unknown id (the same answer), before
+    and after the audit ran."""
+    await api.add_keys(analyst2="analyst", admin2="admin")
+    rows, labels = _mixture(40)
+    body = {
+        "source": {"rows": rows, "labels": labels},
+        "positive_label": "1",
+        "release": {"kind": "class_mean"},
+        "attacks": ["kmeans"],
+        "draws": 1,
+    }
+    a = await _create(api, body, role="analyst")
+    unknown_id = f"ra_{'0' * 32}"
+    unknown = await api.get(f"{URL}/{unknown_id}", role="analyst")
+    assert unknown.status_code == 404
+    for ran in (False, True):
+        if ran:
+            assert (await _run(api, a))["status"] == "done"
+        assert (await api.get(f"{URL}/{a}", role="analyst")).status_code == 200
+        for role in ("analyst2", "admin", "admin2"):
+            r = await api.get(f"{URL}/{a}", role=role)
+            assert r.status_code == 404, (role, r.text)
+            assert r.json() == orjson.loads(
+                unknown.content.replace(unknown_id.encode(), a.encode())
+            )
+    b = await _create(api, body, role="admin")  # an admin's own audit is the admin's
+    assert (await api.get(f"{URL}/{b}", role="admin")).status_code == 200
+    assert (await api.get(f"{URL}/{b}", role="admin2")).status_code == 404
+
+
+async def _stream_audit(api: Api, name: str) -> str:
+    body = {
+        "source": {"stream": name},
+        "positive_label": "1",
+        "release": {"kind": "class_mean", "epsilon": 1.0},
+        "attacks": ["nnpu"],
+        "draws": 1,
+    }
+    return await _create(api, body)
+
+
+def _index(api: Api, name: str) -> str:
+    return f"{api.ctx.keys.prefix}:{{ra-stream:{name}}}:index"
+
+
+async def test_the_roll_that_ends_the_hot_period_deletes_the_streams_audits(
+    api: Api, jobs: Jobs
+) -> None:
+    """An audit of window 2's hot records (hot_windows 1) lives until the roll to epoch 3, which
+    deletes every key of it and the ledger's pointer, long before its expiry (a window)."""
+    name = await _rolled_stream(api, jobs, _stream_rows(120, seed=9))
+    a = await _stream_audit(api, name)
+    assert (await _run(api, a))["status"] == "done"
+    assert await api.ctx.redis.zscore(_index(api, name), a) == 2  # the oldest window read
+    assert (await api.get(f"{URL}/{a}", role="analyst")).status_code == 200
+    led = (await api.get(f"/v1/streams/{name}/privacy", role="analyst")).json()
+    assert led["reidentification"]["id"] == a
+    latest = f"{api.ctx.keys.prefix}:{{ra-stream:{name}}}:latest"
+    assert await api.ctx.redis.exists(latest)
+
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 3}
+    assert not await api.ctx.redis.exists(_key(api, a, "meta"))
+    assert not await api.ctx.redis.exists(latest)
+    assert not await api.ctx.redis.zrange(_index(api, name), 0, -1)
+    assert (await api.get(f"{URL}/{a}", role="analyst")).status_code == 404
+    led = (await api.get(f"/v1/streams/{name}/privacy", role="analyst")).json()
+    assert led["reidentification"] is None
+
+
+async def test_an_audit_deleted_by_a_roll_while_it_runs_writes_nothing(
+    api: Api, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The roll comes while the attacks train (after the records were read): the job's
+    progress and results never re-create the deleted audit. And a roll while the records are
+    read: the job deletes the audit itself (the roll's expiry may have run before it was
+    listed)."""
+    name = await _rolled_stream(api, jobs, _stream_rows(120, seed=10))
+    rolled: list[int] = []
+    audit = pu.audit
+
+    def rolling_audit(*args: Any, progress: Any, **kwargs: Any) -> Any:
+        def tick(p: float, stage: str) -> None:
+            progress(p, stage)
+            if p > 0.5 and not rolled:
+                fut = asyncio.run_coroutine_threadsafe(api.post(f"/v1/streams/{name}/roll"), loop)
+                rolled.append(fut.result(timeout=60).json()["epoch"])
+
+        return audit(*args, progress=tick, **kwargs)
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(pu, "audit", rolling_audit)
+    monkeypatch.setattr(audits_service, "PROGRESS_SECONDS", 0.005)
+    a = await _stream_audit(api, name)
+    assert await _run(api, a) == {"status": "expired"}
+    assert rolled == [3]
+    assert not await api.ctx.redis.exists(_key(api, a, "meta"))
+    assert (await api.get(f"{URL}/{a}", role="analyst")).status_code == 404
+
+    await jobs()
+    await ingest(api, name, _stream_rows(60, seed=11))  # window 3
+    read = audits_service._hot_columns
+
+    async def read_then_roll(*args: Any) -> Any:
+        out = await read(*args)
+        await api.post(f"/v1/streams/{name}/roll")
+        return out
+
+    monkeypatch.setattr(pu, "audit", audit)
+    monkeypatch.setattr(audits_service, "_hot_columns", read_then_roll)
+    b = await _stream_audit(api, name)
+    assert await _run(api, b) == {"status": "expired"}
+    assert not await api.ctx.redis.exists(_key(api, b, "meta"))
+    assert not await api.ctx.redis.zrange(_index(api, name), 0, -1)

@@ -13,22 +13,26 @@ direction; the Bayes accuracy is Phi(1.5) = 93.3 %.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from service.core.noise import SeededRandomBits
+from service.core.noise import SeededRandomBits, discrete_laplace_pmf
 from service.core.pu import (
+    Domain,
     PUConfig,
+    SumRelease,
     _pu_loss_grad,
     _weighted_logistic_grad,
     audit,
+    calibrate,
     laplace_mean_scale,
-    laplace_noise,
     nnpu_risk,
-    release_mean,
+    scores,
+    summarise,
     upu_risk,
 )
 from service.core.pu_models import Adam, LinearModel, MLPModel
@@ -140,42 +144,145 @@ def test_adam_first_step_moves_each_parameter_by_the_learning_rate() -> None:
 # ---------------------------------------------------------------------------------- noise
 
 
-def test_noise_scale_follows_the_formula() -> None:
-    assert laplace_mean_scale(value_range=2.0, n_p=5000, epsilon=0.01) == pytest.approx(0.04)
-    x = np.linspace(-1.0, 1.0, 4000).reshape(100, 40)
-    is_pos = np.zeros(100, dtype=bool)
-    is_pos[:25] = True
-    mean, scale = release_mean(x, is_pos, epsilon=0.5, bits=SeededRandomBits(1))
-    assert scale == pytest.approx(2.0 / (25 * 0.5))
-    assert release_mean(x, is_pos, epsilon=None) == (pytest.approx(x[:25].mean(axis=0)), 0.0)
-    with pytest.raises(ValueError, match="epsilon"):
-        laplace_mean_scale(value_range=2.0, n_p=10, epsilon=0.0)
-    # A declared domain replaces the observed range: [-2, 2] doubles the scale.
-    _, wide = release_mean(
-        x, is_pos, epsilon=0.5, value_range=(-2.0, 2.0), bits=SeededRandomBits(1)
+def _worst_loss(mech: SumRelease, d_units: np.ndarray, e_units: np.ndarray) -> float:
+    """The release's privacy loss between datasets D and D' (their classes' integer records),
+    from the discrete Laplace densities at the output where it is largest, o = (S(D), n(D)):
+    ln P[M(D) = o] − ln P[M(D') = o]."""
+    o_sum, o_count = d_units.sum(axis=0), len(d_units)
+    other_sum, other_count = e_units.sum(axis=0), len(e_units)
+    b_s, b_c = mech.sum_scale, mech.count_scale
+    loss = np.sum(
+        np.log(discrete_laplace_pmf(o_sum - o_sum, scale=b_s))
+        - np.log(discrete_laplace_pmf(o_sum - other_sum, scale=b_s))
     )
-    assert wide == pytest.approx(2 * scale)
-    with pytest.raises(ValueError, match="value_range must contain"):
-        release_mean(x, is_pos, epsilon=0.5, value_range=(0.0, 1.0))
+    loss += math.log(discrete_laplace_pmf(0, scale=b_c)) - math.log(
+        discrete_laplace_pmf(o_count - other_count, scale=b_c)
+    )
+    return float(loss)
 
 
-def test_noise_is_laplace_of_that_scale() -> None:
-    """KS test of 20,000 draws against Laplace(0, b): for a correct sampler the p-value is
-    uniform, so p < 1e-4 happens with probability 1e-4 (false-failure rate 1e-4).  Laplace at
-    2b or b/2 fails it (the test has power)."""
-    b = 2.0 / (892 * 0.01)  # the MNIST setting of the benchmark
-    draws = laplace_noise(scale=b, size=20_000, bits=SeededRandomBits(11))
-    assert stats.kstest(draws, stats.laplace(scale=b).cdf).pvalue > 1e-4
-    for wrong in (2 * b, b / 2):
-        assert stats.kstest(draws, stats.laplace(scale=wrong).cdf).pvalue < 1e-4
+@pytest.mark.parametrize("epsilon", [0.01, 0.7, 5.0])
+def test_the_release_is_epsilon_dp_for_the_whole_record_under_add_remove(epsilon: float) -> None:
+    """For neighbouring datasets (one record added or removed), the exact privacy loss of the
+    released (noisy sum, noisy count), computed from the Laplace densities at its worst
+    output, is at most the reported ε, and reaches it for a record at the domain's corner.
+    (The paper's calibration, which the audit used before, loses d·ε: next test.)"""
+    d = 6
+    rng = np.random.default_rng(5)
+    mech = calibrate(Domain.box(-1.0, 1.0), dimensions=d, epsilon=epsilon)
+    reported = mech.guarantee()["epsilon"]
+    assert reported == epsilon and mech.guarantee()["neighbours"] == "add or remove one record"
+    assert mech.epsilon_sum + mech.epsilon_count == Fraction(epsilon)
+    base = rng.uniform(-1.5, 1.5, size=(40, d))  # some values outside the domain: clipped
+    units = mech.units(base)
+    tol = 1e-9 * max(1.0, epsilon)
+    for _ in range(50):  # random added and removed records
+        extra = mech.units(rng.uniform(-3.0, 3.0, size=(1, d)))
+        grown = np.vstack([units, extra])
+        assert _worst_loss(mech, grown, units) <= reported + tol
+        assert _worst_loss(mech, units, grown) <= reported + tol
+        i = int(rng.integers(len(units)))
+        shrunk = np.delete(units, i, axis=0)
+        assert _worst_loss(mech, units, shrunk) <= reported + tol
+    corner = mech.units(np.full((1, d), 100.0))  # an outlier: clipped to the corner
+    tight = _worst_loss(mech, np.vstack([units, corner]), units)
+    assert tight == pytest.approx(reported, rel=1e-6)
+
+    hot = calibrate(Domain.one_hot(3), dimensions=9, epsilon=epsilon)  # 3 tables, 9 columns
+    rows = np.zeros((20, 9))
+    for r in rows:
+        r[rng.integers(0, 3)] = r[3 + rng.integers(0, 3)] = r[6 + rng.integers(0, 3)] = 1
+    u = hot.units(rows)
+    assert _worst_loss(hot, u, u[1:]) == pytest.approx(epsilon, rel=1e-6)
+    with pytest.raises(ValueError, match="at most 3 ones"):
+        hot.units(np.ones((2, 9)))
 
 
-def test_noise_without_bits_comes_from_the_os() -> None:
-    """bits=None: two calls differ (os.urandom), unlike two seeded calls."""
-    a = laplace_noise(scale=1.0, size=50)
-    assert not np.array_equal(a, laplace_noise(scale=1.0, size=50))
-    s1 = laplace_noise(scale=1.0, size=50, bits=SeededRandomBits(2))
-    assert np.array_equal(s1, laplace_noise(scale=1.0, size=50, bits=SeededRandomBits(2)))
+def test_the_papers_calibration_is_d_epsilon_for_the_vector() -> None:
+    """The paper's release, Laplace((max − min)/(n_p ε)) on each of d coordinates of the mean:
+    two datasets that differ in one record (substituted) are d·ε apart, not ε (784·ε on
+    MNIST). Continuous Laplace densities; the mean of n_p records in [−1, 1]."""
+    d, n_p, eps = 784, 892, 0.01
+    b = laplace_mean_scale(value_range=2.0, n_p=n_p, epsilon=eps)
+    assert b == pytest.approx(2.0 / (n_p * eps))
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(n_p, d))
+    x[0] = -1.0
+    other = x.copy()
+    other[0] = 1.0  # one record replaced
+    m, m2 = x.mean(axis=0), other.mean(axis=0)
+    loss = np.sum(stats.laplace(scale=b).logpdf(0.0) - stats.laplace(scale=b).logpdf(m - m2))
+    assert loss == pytest.approx(d * eps, rel=1e-9)  # 7.84, reported as "ε = 0.01"
+    # the audit's release at the same ε is that ε for the whole record
+    mech = calibrate(Domain.box(-1.0, 1.0), dimensions=d, epsilon=eps)
+    u = mech.units(x)
+    assert _worst_loss(mech, u, u[1:]) == pytest.approx(eps, rel=1e-6)
+
+
+def test_the_range_is_declared_not_read_from_the_data() -> None:
+    """An outlier changes neither the noise scale nor the released sum's bound (it is clipped to
+    the declared range); an ε-DP release without a declared range is refused."""
+    x, y = _mixture(0, n=200, d=10)
+    wild = x.copy()
+    wild[np.flatnonzero(y == 1)[0], 3] = 1e6
+    kw: dict[str, Any] = {"attacks": ["kmeans"], "config": FAST, "oracle": False, "seed": 3}
+    box = Domain.box(-8.0, 8.0)
+    a = audit(x, y, positive=1, epsilon=1.0, domain=box, **kw)
+    b = audit(wild, y, positive=1, epsilon=1.0, domain=box, **kw)
+    assert a["noise_scale"] == b["noise_scale"] > 0
+    assert a["guarantee"] == b["guarantee"]
+    assert a["guarantee"]["l1_bound"] == pytest.approx(10 * 8.0)  # d · (max − min) / 2
+    assert a["guarantee"]["domain"] == {"kind": "box", "min": -8.0, "max": 8.0}
+    mech = calibrate(box, dimensions=10, epsilon=1.0)
+    assert np.abs(mech.units(wild)).sum(axis=1).max() <= mech.bound
+    with pytest.raises(ValueError, match="value_range"):
+        audit(x, y, positive=1, epsilon=1.0, **kw)
+
+
+def test_release_noise_is_discrete_laplace_of_the_calibrated_scale() -> None:
+    """KS test of 20,000 coordinates' noise against Laplace(b) (b ≈ 7e8 units: the lattice is
+    invisible): for a correct sampler p < 1e-4 with probability 1e-4 (false-failure rate);
+    Laplace at 2b or b/2 fails it. The mean a class of one record gives back is its value."""
+    mech = calibrate(Domain.box(-1.0, 1.0), dimensions=20_000, epsilon=1.0)
+    units = mech.units(np.zeros((1, 20_000)))
+    noisy, _ = mech.draw(units, bits=SeededRandomBits(11))
+    b = float(mech.sum_scale)
+    assert b == pytest.approx(20_000 * mech.levels / 0.9)
+    assert stats.kstest(noisy / b, stats.laplace.cdf).pvalue > 1e-4
+    for wrong in (2.0, 0.5):
+        assert stats.kstest(noisy / b, stats.laplace(scale=wrong).cdf).pvalue < 1e-4
+    exact = calibrate(Domain.box(-1.0, 1.0), dimensions=3, epsilon=1e6)
+    x = np.array([[0.25, -0.5, 1.0]])
+    assert exact.mean(*exact.draw(exact.units(x))) == pytest.approx(x[0], abs=1e-3)
+
+
+def test_release_noise_without_bits_comes_from_the_os() -> None:
+    """bits=None: two draws differ (os.urandom), unlike two seeded ones."""
+    mech = calibrate(Domain.one_hot(2), dimensions=50, epsilon=1.0)
+    u = np.zeros((3, 50), dtype=np.int64)
+    assert not np.array_equal(mech.draw(u)[0], mech.draw(u)[0])
+    s1 = mech.draw(u, bits=SeededRandomBits(2))
+    assert np.array_equal(s1[0], mech.draw(u, bits=SeededRandomBits(2))[0])
+
+
+def test_scores_on_a_hand_checked_example() -> None:
+    """6 records, 2 positive (π_p = 1/3, prior accuracy 2/3); the labelling marks 3 positive, 1
+    of them right: accuracy 3/6, precision 1/3, recall 1/2, gains −1/6 and 0."""
+    is_pos = np.array([1, 1, 0, 0, 0, 0], dtype=bool)
+    pred = np.array([1, 0, 1, 1, 0, 0], dtype=bool)
+    s = scores(pred, is_pos)
+    assert s["accuracy"] == pytest.approx(0.5) and s["precision"] == pytest.approx(1 / 3)
+    assert s["recall"] == pytest.approx(0.5) and s["positive_share"] == pytest.approx(0.5)
+    assert s["accuracy_gain"] == pytest.approx(0.5 - 2 / 3)
+    assert s["precision_gain"] == pytest.approx(0.0)
+    none = scores(np.zeros(6, dtype=bool), is_pos)
+    assert none["precision"] is None and none["precision_gain"] is None and none["recall"] == 0
+    agg = summarise([s, none])
+    assert agg["draws"] == 2 and agg["accuracy"] == pytest.approx((0.5 + 4 / 6) / 2)
+    assert agg["precision"] == pytest.approx(1 / 3)  # over the draws that labelled any
+    sp = agg["spread"]["accuracy"]
+    assert sp["min"] == pytest.approx(0.5) and sp["max"] == pytest.approx(4 / 6)
+    assert sp["sd"] == pytest.approx(float(np.std([0.5, 4 / 6], ddof=1)))
 
 
 # ---------------------------------------------------------------------------------- attacks
@@ -207,9 +314,11 @@ def test_growpu_beats_nnpu_on_the_mixture() -> None:
 
 
 def test_accuracy_falls_towards_the_baselines_as_epsilon_shrinks() -> None:
+    """ε for the whole 200-coordinate record in the declared box [−8, 8]: ε = 50 puts on each
+    coordinate of the mean the noise the paper's calibration put at its "ε = 0.45"."""
     x, y = _mixture(1)
     acc = {}
-    for eps in (None, 0.5, 1e-3):
+    for eps in (None, 50.0, 0.1):
         out = audit(
             x,
             y,
@@ -218,12 +327,13 @@ def test_accuracy_falls_towards_the_baselines_as_epsilon_shrinks() -> None:
             config=FAST,
             seed=1,
             epsilon=eps,
+            domain=Domain.box(-8.0, 8.0),
             oracle=False,
         )
         acc[eps] = {k: out["results"][k]["accuracy"] for k in ("nnpu", "growpu")}
     for attack in ("nnpu", "growpu"):
-        assert acc[None][attack] > acc[0.5][attack] + 0.02 > acc[1e-3][attack] + 0.04, acc
-        assert abs(acc[1e-3][attack] - 0.5) < 0.15, acc  # near a coin toss
+        assert acc[None][attack] > acc[50.0][attack] + 0.02 > acc[0.1][attack] + 0.04, acc
+        assert abs(acc[0.1][attack] - 0.5) < 0.15, acc  # near a coin toss
 
 
 def test_mlp_classifier_runs_and_reports_progress() -> None:
@@ -237,12 +347,16 @@ def test_mlp_classifier_runs_and_reports_progress() -> None:
         classifier="mlp",
         config=cfg,
         seed=2,
+        draws=2,
         progress=lambda f, s: seen.append((f, s)),
     )
     assert set(out["results"]) == {"growpu", "nnpu", "upu", "kmeans", "prior", "oracle"}
+    assert out["draws"] == 2 and out["results"]["growpu"]["draws"] == 2
+    assert out["results"]["kmeans"]["draws"] == out["results"]["oracle"]["draws"] == 1
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) > 10
-    assert {s.split(":")[0] for _, s in seen} >= {"growpu", "nnpu", "upu", "oracle"}
+    assert {s.split(":")[0].split(" (")[0] for _, s in seen} >= {"growpu", "nnpu", "upu", "oracle"}
+    assert any(s.endswith("(draw 2/2)") for _, s in seen)
 
 
 @pytest.mark.parametrize(
@@ -256,6 +370,8 @@ def test_mlp_classifier_runs_and_reports_progress() -> None:
         ({"classifier": "cnn"}, "classifier must be"),
         ({"epsilon": -1.0}, "epsilon must be"),
         ({"epsilon": float("inf")}, "epsilon must be"),
+        ({"draws": 0}, "draws must be"),
+        ({"draws": 21}, "draws must be"),
     ],
 )
 def test_bad_input_names_the_field(kwargs: dict, field: str) -> None:
