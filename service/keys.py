@@ -48,7 +48,14 @@ class Keys:
         """Per-user observation counters of a window (keyed hashes of user ids, never raw)."""
         return f"{self.prefix}:{{{s}:{w}}}:users"
 
+    def idem_window(self, s: str, w: int) -> str:
+        """The window's accepted keyed batches: a hash, keyed token -> keyed fingerprint and
+        response (``service.stores.ingest``); deleted when the window leaves the hot period."""
+        return f"{self.prefix}:{{{s}:{w}}}:idem"
+
     def idem(self, s: str, w: int, token: str) -> str:
+        """A batch's record as written before keyed fingerprints (one string per batch, with a
+        TTL, ``token`` the SHA-256 of its Idempotency-Key): read, never written."""
         return f"{self.prefix}:{{{s}:{w}}}:idem:{token}"
 
     def window_pattern(self, s: str, w: int) -> str:

@@ -2,7 +2,10 @@
 
 Accepting is one Lua script per batch (``ingest.lua``): the window must be open, the
 Idempotency-Key new (or used by the same batch, a retry: answered with the stored response;
-a key used by another batch is refused, 422); the rows go to the window's hot stream.
+a key used by another batch is refused, 422); the rows go to the window's hot stream. A key is
+honoured while the window that accepted its batch is in the hot period: its record (keyed
+token, keyed fingerprint, response) is deleted when the window leaves it
+(``service.lifecycle.expire``).
 Counting them into the window's tables is a separate job (``service.counting``): the
 increments were nine tenths of an ingest request's Redis time when the ingest script applied
 them (``BENCHMARKS.md``), and summed with the other batches' by the counter they cost Redis
@@ -13,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import secrets
 import time
 from typing import Any
 
@@ -86,9 +88,34 @@ def batch_rows(body: IngestIn) -> list[bytes]:
     ]
 
 
-def batch_fingerprint(rows: list[bytes]) -> str:
-    """SHA-256 of the batch's canonical rows (``batch_rows``: the validated body, re-encoded):
-    the same body sent again has the same fingerprint, in any window."""
+def batch_fingerprint(rows: list[bytes], secret: bytes) -> str:
+    """The batch's canonical rows (``batch_rows``: the validated body, re-encoded) hashed by
+    BLAKE2b keyed with ``secret``, 64 hex digits: the same body sent again to the stream has
+    the same fingerprint, in any window.
+
+    The secret is the stream's hash seed (``stream.hash_seed``), which lives in SQL and in the
+    processes' memory, never in Redis. Who reads Redis alone (its AOF, a replica, a copy, an
+    account with the Redis URL) cannot recompute the fingerprint of a guessed batch, as they
+    could an unkeyed hash of a low-entropy row; who holds the SQL database too can, which is
+    why the record is also deleted with its window's hot period."""
+    digest = hashlib.blake2b(key=secret[:64], person=b"selectivity-idm", digest_size=32)
+    for row in rows:
+        digest.update(b"%d:" % len(row))
+        digest.update(row)
+    return digest.hexdigest()
+
+
+def key_token(idempotency_key: str, secret: bytes) -> str:
+    """The Idempotency-Key as stored (a field name in Redis): BLAKE2b keyed like the
+    fingerprint, so the client's key is not in Redis either."""
+    return hashlib.blake2b(
+        idempotency_key.encode(), key=secret[:64], person=b"selectivity-idk", digest_size=16
+    ).hexdigest()
+
+
+def legacy_fingerprint(rows: list[bytes]) -> str:
+    """The SHA-256 fingerprint records written before keyed fingerprints hold: computed only to
+    compare with such a record (read, never written)."""
     digest = hashlib.sha256()
     for row in rows:
         digest.update(b"%d:" % len(row))
@@ -147,19 +174,21 @@ async def ingest(
 ) -> tuple[IngestOut, bool]:
     """Accept a batch into the open window; returns (response, replayed). A batch whose window
     closes under it is accepted into the next window; a retried batch (same Idempotency-Key)
-    is never accepted twice while its window is in the hot period, and a key reused with
-    another batch is refused (422, the new rows not accepted). The counting job
+    is never accepted twice while the window that accepted it is in the hot period, and a key
+    reused with another batch is refused (422, the new rows not accepted). The counting job
     (``service.counting.service.count_window``) counts accepted rows into the window's tables."""
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
     await require_coldstore_key(ctx)
     rows = batch_rows(body)
-    fingerprint = batch_fingerprint(rows)
-    token = (
-        hashlib.sha256(idempotency_key.encode()).hexdigest()
-        if idempotency_key
-        else "anon-" + secrets.token_hex(16)
-    )
+    fingerprint = batch_fingerprint(rows, rt.hash_seed)
+    token = key_token(idempotency_key, rt.hash_seed) if idempotency_key else None
+    # records written before keyed fingerprints: looked up, never written
+    legacy_token = hashlib.sha256(idempotency_key.encode()).hexdigest() if idempotency_key else None
+
+    def legacy() -> str:
+        return legacy_fingerprint(rows)
+
     windows = ctx.stores.windows
     store = ctx.stores.ingest
     epochs = ctx.caches.open_epochs
@@ -168,16 +197,20 @@ async def ingest(
     epoch = (None if idempotency_key else epochs.get(name)) or await windows.epoch(name)
     if epoch is None:
         raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
-    ttl = ctx.settings.idempotency_ttl_seconds + rt.config.window_seconds * rt.config.hot_windows
     for _ in range(MAX_WINDOW_RETRIES):
-        if idempotency_key:
-            # Before accepting into ``epoch``: was this batch accepted into an earlier hot
-            # window? Asked again whenever the stream rolled under us, since a retry racing
-            # this one may have landed in the window that closed meanwhile.
+        # Before accepting into ``epoch``: was this batch accepted into an earlier window of
+        # the hot period? Asked again whenever the stream rolled under us, since a retry
+        # racing this one may have landed in the window that closed meanwhile.
+        earlier = list(range(max(1, rt.hot_period(epoch)[0]), epoch))
+        if token is not None and legacy_token is not None and earlier:
             await _until_closed(ctx, name, epoch - 1)
-            earlier = list(range(max(1, epoch - rt.config.hot_windows), epoch))
             replay = await store.find_replay(
-                stream=name, windows=earlier, token=token, fingerprint=fingerprint
+                stream=name,
+                windows=earlier,
+                token=token,
+                legacy_token=legacy_token,
+                fingerprint=fingerprint,
+                legacy=legacy,
             )
             if replay is not None:
                 return _replayed(*replay)
@@ -186,10 +219,11 @@ async def ingest(
             stream=name,
             window=epoch,
             token=token,
+            legacy_token=legacy_token,
             fingerprint=fingerprint,
+            legacy=legacy,
             rows=rows,
             response=out.model_dump_json().encode(),
-            ttl=ttl,
         )
         if status == "ok":
             epochs[name] = epoch

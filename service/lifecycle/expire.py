@@ -90,6 +90,7 @@ async def expire(
                 continue
             await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
             await store.delete_hot(rt.name, w.epoch)
+            await ctx.stores.ingest.forget(rt.name, [w.epoch])  # if an earlier expire failed
             w.hot_deleted_at = now
             await _drop_segment_statistics(session, w)
             deleted_hot += 1
@@ -98,6 +99,9 @@ async def expire(
             w.state, w.expired_at = "expired", now
             deleted_tables += 1
     await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
+    # an Idempotency-Key is honoured while its window is hot: the window that just left the
+    # hot period forgets its keyed batches (keyed fingerprints, responses), sealed or not
+    await ctx.stores.ingest.forget(rt.name, range(max(1, hot_lo - 1), hot_lo))
     # k-anonymised releases and iML sessions of hot rows go with their oldest window's period
     deleted_releases = await anonymize.expire(ctx=ctx, rt=rt, epoch=epoch)
     # so do re-identification audits of hot records (their figures are about them)

@@ -1,0 +1,87 @@
+"""Idempotency records (docs/ARCHITECTURE.md, "Storage" and "Data path"): a keyed batch's
+record holds a fingerprint keyed by the stream's secret (which is not in Redis), never an
+unkeyed hash of its rows a Redis reader could recompute; a batch without a key is recorded
+nowhere; and a window's records are gone at the roll that ends its hot period, sealed or not,
+the key honoured exactly until then."""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import select
+
+from service.db.models import Stream
+from service.ingest.schemas import IngestIn
+from service.ingest.service import batch_fingerprint, batch_rows, key_token
+from tests.conftest import Api
+from tests.helpers import new_stream, obs, redis_dump
+
+
+async def _idem_keys(api: Api, name: str) -> list[bytes]:
+    return [k async for k in api.ctx.redis.scan_iter(match=f"*{{{name}:*}}:idem*", count=1000)]
+
+
+async def _seed(api: Api, name: str) -> bytes:
+    async with api.ctx.sessionmaker() as s:
+        seed = await s.scalar(select(Stream.hash_seed).where(Stream.name == name))
+    assert seed is not None
+    return seed
+
+
+async def test_the_fingerprint_is_keyed_by_a_secret_that_is_not_in_redis(api: Api) -> None:
+    name = await new_stream(api, "idk", hot_windows=2)
+    body = {"observations": [obs("u1", "i1", 20, "1")]}  # one low-entropy row
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json=body,
+        headers={"Idempotency-Key": "batch-1"},
+    )
+    assert r.status_code == 202, r.text
+    [key] = await _idem_keys(api, name)
+    record = await api.ctx.redis.hgetall(key)
+    [(field, value)] = record.items()
+    rows = batch_rows(IngestIn.model_validate(body))
+    unkeyed = hashlib.sha256()
+    for row in rows:
+        unkeyed.update(b"%d:" % len(row))
+        unkeyed.update(row)
+    stored = value[:64].decode()
+    assert stored != unkeyed.hexdigest()  # what was stored before: SHA-256 of the rows
+    assert stored != hashlib.sha256(b"".join(rows)).hexdigest()
+    assert stored != hashlib.blake2b(b"".join(rows), digest_size=32).hexdigest()
+    seed = await _seed(api, name)
+    assert stored == batch_fingerprint(rows, seed)  # keyed by the stream's hash seed
+    assert stored != batch_fingerprint(rows, b"\x00" * 32)
+    # the client's key is not stored either, and the secret is nowhere in Redis
+    assert field.decode() == key_token("batch-1", seed)
+    assert field != hashlib.sha256(b"batch-1").hexdigest().encode()
+    dump = await redis_dump(api.ctx)
+    assert seed not in dump and seed.hex().encode() not in dump
+    assert b"batch-1" not in dump
+
+
+async def test_a_window_forgets_its_batches_at_the_roll_that_ends_its_hot_period(
+    api: Api,
+) -> None:
+    name = await new_stream(api, "idk", hot_windows=2)
+    url = f"/v1/streams/{name}/observations"
+    body = {"observations": [obs("u1", "i1", 20, "1")]}
+    h = {"Idempotency-Key": "batch-9"}
+    assert (await api.post(url, role="producer", json=body)).status_code == 202  # no key
+    keys = await _idem_keys(api, name)
+    assert keys == []  # a batch without a key is recorded nowhere
+    r1 = await api.post(url, role="producer", json=body, headers=h)
+    assert r1.json() == {"accepted": 1, "window": 1}
+    assert len(await _idem_keys(api, name)) == 1
+    # epoch 2: window 1 is still hot, the key is honoured
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
+    r2 = await api.post(url, role="producer", json=body, headers=h)
+    assert r2.json() == r1.json() and r2.headers.get("Idempotent-Replayed") == "true"
+    # epoch 3: window 1 left the hot period (not sealed): its record is gone
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 3}
+    assert not [k for k in await _idem_keys(api, name) if f"{{{name}:1}}".encode() in k]
+    assert await _idem_keys(api, name) == []
+    # as documented: the key is honoured while its window is hot; now it is a new batch
+    r3 = await api.post(url, role="producer", json=body, headers=h)
+    assert r3.json() == {"accepted": 1, "window": 3} and "Idempotent-Replayed" not in r3.headers
