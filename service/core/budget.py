@@ -1,26 +1,48 @@
 """The noise of a stream's count tables and the split of its per-window budget across tables.
 
-Sensitivity (docs/ARCHITECTURE.md, "Privacy"): adding or removing one observation changes
-``depth`` cells of every
-table by ±1 (the prior table changes one cell; it is counted as a full table, which only
-over-states the sensitivity). With T = ``max_tables`` (fixed at creation so that adding tables
-later never changes the noise) and c = ``max_contributions_per_window`` (1 without a user key):
+Sensitivity (docs/ARCHITECTURE.md, "Privacy"). One counted observation adds ±1 to ``depth``
+cells of every table it is counted in and 1 to one prior cell: at most T·depth cells change by
+1 (the prior table changes one cell; it is counted as a full table, which only over-states the
+sensitivity), T = ``max_tables`` (fixed at creation so that adding tables later never changes
+the noise). Without a user key a window counts every observation, so adding or removing one
+observation changes one counted observation. With a user key a window counts the first c =
+``max_contributions_per_window`` observations of each user in arrival order
+(``service.core.counting.within_bound``), so
 
-    Δ1 = c·T·depth          (L1: at most c·T·depth cells change by 1 each)
-    Δ2 = c·sqrt(T·depth)    (L2: T·depth cells change by at most c each)
+* adding or removing one **user** (all of the user's observations) changes at most c counted
+  observations;
+* adding or removing one **observation** o of user u changes at most two: if o was counted
+  (one of u's first c), removing it lets u's (c+1)-th observation in — the counted set loses o
+  and gains that one (a swap); if o was not counted, nothing changes. Adding is the reverse.
 
-Laplace: every cell gets discrete Laplace noise of scale b = Δ1/ε → ε-DP per window
-(Ghosh, Roughgarden, Sundararajan 2009; Canonne, Kamath, Steinke 2020 §1).
-Gaussian: discrete Gaussian with σ = Δ2/sqrt(2ρ) → ρ-zCDP per window (CKS 2020, Thm 4).
+So with k = the number of observations the noise is calibrated to (``calibration_multiple``):
+
+    Δ1 = k·T·depth          (L1: k counted observations, T·depth cells each)
+    Δ2 = k·sqrt(T·depth)    (L2: by the triangle inequality over the k observations' changes)
+
+and a change of m counted observations is (m/k)·ε-DP (Laplace; (m/k)²·ρ-zCDP for Gaussian):
+
+* no user key: k = 1; one observation m = 1: ε.
+* user key, ``table_calibration = "max_c_2"`` (new streams): k = max(c, 2); one observation
+  m = 2: (2/k)·ε ≤ ε; one user m = c: (c/k)·ε ≤ ε per window.
+* user key, ``table_calibration = "c"`` (streams created before, as stored): k = c; one
+  observation (2/c)·ε — 2ε at c = 1, the understatement the old ledger made —; one user ε.
+
+Replacing one observation by another (the substitution neighbour) is one removal and one
+addition: twice the add/remove figure, m ≤ 4 counted observations with a user key, 2 without.
+
+Laplace: every cell gets discrete Laplace noise of scale b = Δ1/ε → ε-DP per window for a
+change of k counted observations (Ghosh, Roughgarden, Sundararajan 2009; Canonne, Kamath,
+Steinke 2020 §1). Gaussian: discrete Gaussian with σ = Δ2/sqrt(2ρ) → ρ-zCDP (CKS 2020, Thm 4).
 
 Budget split across tables (``privacy.table_weights``, ``privacy.prior_weight``). The noise
 above gives each of the T table slots the same share. With weights, slot s (a feature's table,
 the prior table, or a slot for a selected group or left unused, weight 1) gets the share
-w_s / W of the budget, W = Σ_s w_s over all T slots. One observation changes c·depth cells of
-one table (L1 c·depth, L2 c·sqrt(depth)); so table s with
+w_s / W of the budget, W = Σ_s w_s over all T slots. k counted observations change k·depth
+cells of one table (L1 k·depth, L2 k·sqrt(depth)); so table s with
 
-    Laplace  b_s = c·depth / ε_s,          ε_s = ε·w_s/W    is ε_s-DP,
-    Gaussian σ_s = c·sqrt(depth / (2ρ_s)), ρ_s = ρ·w_s/W    is ρ_s-zCDP,
+    Laplace  b_s = k·depth / ε_s,          ε_s = ε·w_s/W    is ε_s-DP,
+    Gaussian σ_s = k·sqrt(depth / (2ρ_s)), ρ_s = ρ·w_s/W    is ρ_s-zCDP,
 
 and the tables together, by basic composition of ε (and additivity of ρ, Bun & Steinke 2016
 Lemma 2.3), are ε-DP (ρ-zCDP) per window: Σ_s ε_s = ε whatever the weights. With every weight
@@ -78,9 +100,37 @@ def total_weight(cfg: StreamCreate) -> float:
     return features + p.prior_weight + (cfg.max_tables - len(cfg.features) - 1)
 
 
+def calibration_multiple(cfg: StreamCreate) -> int:
+    """k: how many counted observations the tables' noise is calibrated to (see above): 1
+    without a user key; with one, max(c, 2) (``table_calibration = "max_c_2"``) or c (``"c"``,
+    streams created before max(c, 2))."""
+    p = cfg.privacy
+    if not p.user_key:
+        return 1
+    c = p.max_contributions_per_window
+    return max(c, 2) if p.table_calibration == "max_c_2" else c
+
+
+def observations_changed(cfg: StreamCreate, *, level: str) -> int:
+    """m: the most counted observations of one window that one neighbour changes. ``level``
+    ``"observation"``: adding or removing one observation (1 without a user key; 2 with one, a
+    swap: the user's next observation is counted in its place); ``"user"``: adding or removing
+    one user (c with a user key)."""
+    p = cfg.privacy
+    if level == "user":
+        return p.max_contributions_per_window if p.user_key else 1
+    return 2 if p.user_key else 1
+
+
+def window_multiplier(cfg: StreamCreate, *, level: str) -> float:
+    """m/k: one window's tables are (m/k)·ε-DP (Laplace) or (m/k)²·ρ-zCDP (Gaussian) for the
+    neighbour of ``level`` (``observations_changed``)."""
+    return observations_changed(cfg, level=level) / calibration_multiple(cfg)
+
+
 def noise_for(cfg: StreamCreate) -> Noise:
     assert cfg.max_tables is not None
-    c = cfg.privacy.max_contributions_per_window if cfg.privacy.user_key else 1
+    c = calibration_multiple(cfg)
     t_depth = cfg.max_tables * cfg.sketch.depth
     l1 = float(c * t_depth)
     l2 = c * math.sqrt(t_depth)

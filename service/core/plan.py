@@ -16,10 +16,12 @@ cardinality K over L labels holds, per key and label, on average
     n_t = m·g·N / (K·L)                                    (signal: the expected count)
 
 and every window adds independent noise to every cell; with the table's budget share
-ε_t = ε·w_t/W (``service.core.budget``) the Laplace scale is b_t = c·depth/ε_t, so m windows
-summed give a noise s.d. of b_t·sqrt(2m). The table's signal-to-noise ratio is
+ε_t = ε·w_t/W (``service.core.budget``) the Laplace scale is b_t = k·depth/ε_t (k the
+observations of a user the noise is calibrated to: max(c, 2) with a user key, c as given
+without), so m windows summed give a noise s.d. of b_t·sqrt(2m). The table's signal-to-noise
+ratio is
 
-    SNR_t = n_t / (b_t·sqrt(2m)) = sqrt(m)·g·N·ε_t / (K·L·c·depth·sqrt(2)).
+    SNR_t = n_t / (b_t·sqrt(2m)) = sqrt(m)·g·N·ε_t / (K·L·k·depth·sqrt(2)).
 
 **DP cost.** The log-loss at ε over the same features without noise, minus 1, is modelled as
 
@@ -54,7 +56,7 @@ keys sharing a key's bucket in a row; the regime runs had up to 5.8 at ×100, 94
 16,384 buckets, with a DP cost of 1.011; at most 2^24 and what keeps a window's tables
 within MAX_CELLS cells; the count sketch's error from collisions grows with it, Charikar, Chen
 & Farach-Colton 2002).
-One contribution per user per window (``c``) as given.
+One contribution per user per window (``c``) as given; ``user_key`` makes k = max(c, 2).
 """
 
 from __future__ import annotations
@@ -107,6 +109,19 @@ class PlanRequest(Strict):
         default=1.0, ge=0.001, le=10, description="keys per bucket (K_max / width) allowed"
     )
     max_contributions_per_window: int = Field(default=1, ge=1, le=10_000)
+    user_key: bool = Field(
+        default=False,
+        description=(
+            "the stream will declare a user key: its tables are calibrated to max(c, 2) "
+            "observations of a user (service.core.budget), c = max_contributions_per_window"
+        ),
+    )
+
+    @property
+    def calibration(self) -> int:
+        """k of ``service.core.budget``: max(c, 2) with a user key, else c (as given)."""
+        c = self.max_contributions_per_window
+        return max(c, 2) if self.user_key else c
 
     @model_validator(mode="after")
     def _target(self) -> PlanRequest:
@@ -217,7 +232,7 @@ def split(a: dict[str, float], epsilon: float) -> dict[str, float]:
 def _evaluate(req: PlanRequest, g: int, epsilon: float, m: int) -> tuple[float, list[TablePlan]]:
     """S and the per-table figures at window multiplier g, ε and m counted windows."""
     rows = g * req.observations_per_window  # per window
-    per = math.sqrt(m) * rows / (req.labels * req.max_contributions_per_window * req.depth)
+    per = math.sqrt(m) * rows / (req.labels * req.calibration * req.depth)
     cards = dict(req.cardinalities) | {"(prior)": 1}
     a = {t: per / (k * math.sqrt(2.0)) for t, k in cards.items()}
     eps = split(a, epsilon)
@@ -225,7 +240,7 @@ def _evaluate(req: PlanRequest, g: int, epsilon: float, m: int) -> tuple[float, 
     tables = []
     for t, k in cards.items():
         e = eps[t]
-        b = req.max_contributions_per_window * req.depth / e if e > 0 else math.inf
+        b = req.calibration * req.depth / e if e > 0 else math.inf
         tables.append(
             TablePlan(
                 table=t,

@@ -142,6 +142,18 @@ class PrivacyIn(Strict):
     )
     user_key: str | None = Field(default=None, pattern=FEATURE_PATTERN)
     max_contributions_per_window: int = Field(default=1, ge=1, le=10_000)
+    table_calibration: Literal["max_c_2", "c"] = Field(
+        default="max_c_2",
+        description=(
+            "user-keyed streams: how many of a user's observations per window the count "
+            "tables' noise is calibrated to (service.core.budget). 'max_c_2': max(c, 2), c = "
+            "max_contributions_per_window: removing one observation can let the user's next "
+            "one be counted in its place (a swap of two), so one observation is within ε and "
+            "one user within ε per window. 'c': the rule of streams created before it (their "
+            "stored configuration records it): one user within ε per window, one observation "
+            "within 2ε/c, which the ledger reports. No effect without a user key"
+        ),
+    )
     table_weights: dict[str, Annotated[float, Field(ge=0.001, le=1000)]] = Field(
         default_factory=dict,
         max_length=256,

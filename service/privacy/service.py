@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,6 +14,10 @@ from service.audits import service as audits
 from service.context import AppContext
 from service.core import kanon
 from service.core.accounting import (
+    ADD_REMOVE_USER,
+    BOTH,
+    CONTINUAL,
+    ONE_TIME,
     SOURCES,
     Guarantee,
     Part,
@@ -22,7 +26,13 @@ from service.core.accounting import (
     selection_rounds,
     table_part,
 )
-from service.core.budget import budget_split, noise_for
+from service.core.budget import (
+    budget_split,
+    calibration_multiple,
+    noise_for,
+    observations_changed,
+    window_multiplier,
+)
 from service.errors import ValidationError
 from service.privacy.schemas import KAnonIn, KAnonOut
 from service.queues import service as queues
@@ -38,19 +48,38 @@ def with_queues(g: Guarantee, queue_parts: Sequence[Part]) -> Guarantee:
     composition of the table parts)."""
     if not queue_parts:
         return g
-    return Guarantee(
-        g.unit,
-        [*g.parts, *queue_parts],
-        g.epsilon + sum(p.epsilon for p in queue_parts),
-        g.delta + sum(p.delta for p in queue_parts),
-        None,
-        f"{g.composition}; then, with the annotation queues, {SOURCES['basic']}",
+    assert g.epsilon is not None
+    return replace(
+        g,
+        parts=[*g.parts, *queue_parts],
+        epsilon=g.epsilon + sum(p.epsilon for p in queue_parts),
+        delta=g.delta + sum(p.delta for p in queue_parts),
+        rho=None,
+        composition=f"{g.composition}; then, with the annotation queues, {SOURCES['basic']}",
     )
+
+
+QUEUE_NEIGHBOUR = "add or remove one submitted candidate"
+QUEUE_OBSERVER = (
+    "whoever sees what a queue releases (annotators, label exports, stats, release times), "
+    "even one who submitted every other candidate; not the one-time attacker during the open "
+    "period (docs/ARCHITECTURE.md, promise 5)"
+)
+NO_USER_BOUND = (
+    "annotation queue {queue}: each release protects one submitted candidate; a user may "
+    "submit any number of candidates, so group privacy gives no per-user bound"
+)
+
+
+def _queue_part(q: Part) -> Part:
+    return replace(q, observer=QUEUE_OBSERVER, neighbour=QUEUE_NEIGHBOUR, level="event")
 
 
 def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any]:
     p = cfg.privacy
     noise = noise_for(cfg)
+    queue_parts = [_queue_part(q) for q in queue_parts]
+    k = calibration_multiple(cfg)
     params = {
         "mechanism": p.mechanism,
         "epsilon": p.epsilon,
@@ -63,6 +92,9 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "table_weights": dict(p.table_weights),
         "prior_weight": p.prior_weight,
         "budget_split": budget_split(cfg),
+        "table_calibration": p.table_calibration if p.user_key else None,
+        "calibration_multiple": k,
+        "observations_changed": observations_changed(cfg, level="observation"),
     }
     h, r = cfg.hot_windows, cfg.retention_windows
     assert cfg.max_tables is not None and p.selection_rounds is not None
@@ -85,6 +117,7 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
         "threshold": p.selection_threshold,
         "margin": p.selection_margin,
     }
+    swap = 2 if p.user_key else 1  # records of a round one observation changes
     per_obs = [
         table_part(
             mechanism=p.mechanism,
@@ -93,19 +126,31 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
             delta=p.delta,
             windows=1,
             parameters=params,
+            multiplier=window_multiplier(cfg, level="observation"),
         )
     ]
     if rounds:
         per_obs.append(
             selection_part(
-                epsilon_selection=p.epsilon_selection, rounds=rounds, parameters=selection_params
+                epsilon_selection=p.epsilon_selection,
+                rounds=rounds,
+                group=swap,
+                parameters=selection_params,
             )
         )
+    observation = with_queues(compose(per_obs, delta=p.delta, unit="observation"), queue_parts)
+    observation.covers = (
+        "one observation in the count tables and the selection rounds"
+        + (", and one submitted candidate in each linked annotation queue" if queue_parts else "")
+        + ", against both observers: windows hold disjoint observations, so the figure is "
+        "the same for a one-time reader of the stores and for a continual observer of every "
+        "output (a window's noise is drawn once; featurize and the train set re-reveal the "
+        "same noisy tables: post-processing)"
+    )
     out: dict[str, Any] = {
-        "observation": asdict(
-            with_queues(compose(per_obs, delta=p.delta, unit="observation"), queue_parts)
-        ),
+        "observation": asdict(observation),
         "user": None,
+        "user_continual": None,
         "annotation_queue": [asdict(q) for q in queue_parts] or None,
         "notes": [
             "Windows hold disjoint observations: one observation is in one window's tables.",
@@ -131,10 +176,24 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
                 if queue_parts
                 else "No annotation queue is linked to this stream."
             ),
+            (
+                "Replacing one observation by another (the substitution neighbour) is a "
+                "removal and an addition: twice the per-observation figure (group privacy 2)."
+            ),
         ],
     }
     if p.user_key:
         c = p.max_contributions_per_window
+        out["notes"].append(
+            f"Neighbour per observation: removing one observation of a user can let the "
+            f"user's next one be counted in its place (at most {c} of a user are counted per "
+            f"window), so one observation changes up to 2 counted observations: a window's "
+            f"tables, calibrated to k = {k} ({p.table_calibration!r}), are (2/{k})·ε-DP for "
+            f"it, and each selection round, calibrated to one record, is charged 2·ε_sel "
+            "(group privacy 2)."
+        )
+        user_params = {**params, "max_contributions_per_window": c}
+        user_mult = window_multiplier(cfg, level="user")
         per_user = [
             table_part(
                 mechanism=p.mechanism,
@@ -142,25 +201,102 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
                 rho=p.rho,
                 delta=p.delta,
                 windows=r + h,
-                parameters={**params, "max_contributions_per_window": c},
+                parameters=user_params,
+                multiplier=user_mult,
+                observer=ONE_TIME,
+                neighbour=ADD_REMOVE_USER,
+                level="user",
             )
         ]
+        selection_user: list[Part] = []
         if user_rounds:
-            per_user.append(
+            selection_user.append(
                 selection_part(
                     epsilon_selection=p.epsilon_selection,
                     rounds=user_rounds,
                     group=c * h,
                     parameters=selection_params,
+                    observer=BOTH,
+                    neighbour=ADD_REMOVE_USER,
+                    level="user",
                 )
             )
-        out["user"] = asdict(compose(per_user, delta=p.delta, unit="user"))
+        user = compose(per_user + selection_user, delta=p.delta, unit="user")
+        user.observer, user.neighbour, user.level = ONE_TIME, ADD_REMOVE_USER, "user"
+        covers = (
+            f"every observation of one user (user key {p.user_key!r}) in the count tables of "
+            f"the {r + h} windows whose tables exist at once and in the stream's at most "
+            f"{user_rounds} selection rounds, against a one-time reader of the stores at any "
+            "time"
+        )
+        no_bound = [NO_USER_BOUND.format(queue=q.name.split(":", 1)[-1]) for q in queue_parts]
+        if queue_parts:
+            covers += (
+                "; not the candidates a user submits to the linked annotation queues (no "
+                "per-user bound exists for them)"
+            )
+            user = replace(user, epsilon=None)
+        user.covers, user.unbounded = covers, no_bound
+        out["user"] = asdict(user)
+        # a continual observer sees every window's tables in turn: no lifetime bound
+        continual = compose(
+            [
+                table_part(
+                    mechanism=p.mechanism,
+                    epsilon=p.epsilon,
+                    rho=p.rho,
+                    delta=p.delta,
+                    windows=1,
+                    parameters=user_params,
+                    multiplier=user_mult,
+                    observer=CONTINUAL,
+                    neighbour=ADD_REMOVE_USER,
+                    level="user",
+                )
+            ],
+            delta=p.delta,
+            unit="user per window active",
+        )
+        per_window = continual.epsilon
+        sel_eps = sum(s.epsilon for s in selection_user)
+        out["user_continual"] = {
+            **asdict(
+                replace(
+                    continual,
+                    parts=continual.parts + selection_user,
+                    epsilon=None,
+                    observer=CONTINUAL,
+                    covers=(
+                        "every observation of one user over the stream's life, against a "
+                        "continual observer of featurize, the train set and the selected "
+                        "tables"
+                    ),
+                    unbounded=[
+                        "the count tables of every window the user is active in compose: "
+                        "n windows give n·ε_window, which grows while the stream runs "
+                        "(no per-user lifetime bound exists)",
+                        *no_bound,
+                    ],
+                )
+            ),
+            "epsilon_per_active_window": per_window,
+            "epsilon_selection_total": sel_eps,
+            "formula": (
+                f"ε_user(n) = n·{per_window:.6g} + {sel_eps:.6g} for a user active in n "
+                "windows (count tables per window + every selection round; basic composition)"
+                if p.mechanism != "gaussian"
+                else f"ρ_user(n) = n·{continual.parts[0].rho:.6g} (zCDP) for the count tables "
+                f"of n windows, plus the selection rounds' {sel_eps:.6g} (basic composition)"
+            ),
+        }
         out["notes"].append(
             f"Per user: at most {c} observations of a user are counted per window "
-            f"(user key {p.user_key!r}); the {r} retention and {h} hot windows compose. "
-            f"Selection reads only counted observations, at most {c}·{h} of a user per round; "
-            f"a user may be in each of the stream's at most {user_rounds} rounds, whose "
-            "outcomes are kept: the guarantee covers the stream's whole life."
+            f"(user key {p.user_key!r}); against a one-time reader the {r} retention and {h} "
+            f"hot windows compose (their tables are all that exist at once). Selection reads "
+            f"only counted observations, at most {c}·{h} of a user per round; a user may be in "
+            f"each of the stream's at most {user_rounds} rounds, whose outcomes are kept. "
+            "Against a continual observer of featurize and the train set the tables of every "
+            "window the user is active in compose (user_continual): no lifetime bound."
         )
     return out
 

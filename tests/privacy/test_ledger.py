@@ -49,11 +49,14 @@ async def test_laplace_per_observation_and_per_user(api: Api) -> None:
     )
     obs = led["observation"]
     tables, selection = obs["parts"]
-    assert tables["parameters"]["l1_sensitivity"] == 3 * 8 * 3  # c · T · depth
+    assert tables["parameters"]["l1_sensitivity"] == 3 * 8 * 3  # max(c, 2) · T · depth
     assert tables["parameters"]["noise_scale"] == pytest.approx(72 / 0.5)
-    assert tables["epsilon"] == pytest.approx(0.5)  # disjoint windows: one window's ε
-    assert selection["epsilon"] == pytest.approx(2 * 0.1)  # H rounds (4 free slots >= H)
-    assert obs["epsilon"] == pytest.approx(0.5 + 0.2) and obs["delta"] == 0
+    # disjoint windows: one window's; one observation changes 2 counted ones (a swap) of the
+    # 3 the noise is calibrated to
+    assert tables["epsilon"] == pytest.approx(0.5 * 2 / 3)
+    # H rounds (4 free slots >= H), each two records of the round (a swap): group privacy 2
+    assert selection["epsilon"] == pytest.approx(2 * 0.1 * 2)
+    assert obs["epsilon"] == pytest.approx(0.5 * 2 / 3 + 0.4) and obs["delta"] == 0
     user = led["user"]
     assert user["parts"][0]["epsilon"] == pytest.approx((5 + 2) * 0.5)  # R + H windows
     # selection: a stream releases at most its 8 - 3 - 1 = 4 free slots' rounds (each commits a
@@ -179,7 +182,7 @@ async def test_selection_is_charged_for_the_rounds_a_stream_can_release(api: Api
     assert obs_sel["parameters"]["free_slots"] == 2
     assert obs_sel["parameters"]["min_records"] == 5000
     assert obs_sel["parameters"]["score"] == "aic"  # the default for new streams
-    assert obs_sel["epsilon"] == pytest.approx(2 * 0.25)
+    assert obs_sel["epsilon"] == pytest.approx(2 * 0.25 * 2)  # user-keyed: a swap, group 2
     user_sel = led["user"]["parts"][1]
     assert user_sel["parameters"]["rounds"] == 2 and user_sel["parameters"]["group_size"] == 6
     assert user_sel["epsilon"] == pytest.approx(2 * 0.25 * 2 * 3)  # S rounds, group c · H
