@@ -1,6 +1,8 @@
 """CLI for re-identification audits: ``selectivity audit reidentify`` starts an audit of a
 stream over HTTP (``POST /v1/audits/reidentification``, as an analyst or admin), shows its
-progress and prints the accuracies (docs/ARCHITECTURE.md, "Re-identification audits")."""
+progress and prints the release's guarantee and, per attack, the accuracy over the noise draws
+(mean, s.d., range), the positive class's precision and recall and the gains over the prior
+(docs/ARCHITECTURE.md, "Re-identification audits")."""
 
 from __future__ import annotations
 
@@ -35,7 +37,16 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
         "release": release,
         "attacks": args.attacks,
         "classifier": args.classifier,
+        "draws": args.draws,
     }
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:.1f} %"
+
+
+def _points(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:+.1f}"
 
 
 def table(out: dict[str, Any]) -> Any:
@@ -43,16 +54,62 @@ def table(out: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(title=f"re-identification audit {out['id']}")
-    t.add_column("attack")
-    t.add_column("accuracy", justify="right")
-    t.add_column("seconds", justify="right")
+    for col in (
+        "attack",
+        "accuracy",
+        "s.d.",
+        "range",
+        "precision",
+        "recall",
+        "gain (accuracy)",
+        "gain (precision)",
+        "draws",
+        "seconds",
+    ):
+        t.add_column(col, justify="left" if col == "attack" else "right")
     res = out["results"]
     for name in [*(a for a in ATTACKS if a in res), "prior", "oracle"]:
         if name in res:
             r = res[name]
-            secs = "" if r.get("seconds") is None else f"{r['seconds']:.1f}"
-            t.add_row(NAMES[name], f"{100 * r['accuracy']:.1f} %", secs)
+            acc = (r.get("spread") or {}).get("accuracy") or {}
+            span = f"{100 * acc['min']:.1f}-{100 * acc['max']:.1f}" if acc else ""
+            t.add_row(
+                NAMES[name],
+                _pct(r["accuracy"]),
+                "" if not acc else f"{100 * acc['sd']:.1f}",
+                span,
+                _pct(r.get("precision")),
+                _pct(r.get("recall")),
+                _points(r.get("accuracy_gain")),
+                _points(r.get("precision_gain")),
+                str(r.get("draws") or ""),
+                "" if r.get("seconds") is None else f"{r['seconds']:.1f}",
+            )
     return t
+
+
+def guarantee_line(out: dict[str, Any]) -> str:
+    """What the release guarantees, in one line."""
+    g = out.get("guarantee")
+    if out.get("epsilon") is None or g is None:
+        return "guarantee: none (the exact release)"
+    if "epsilon_sum" not in g:  # the stream's count tables
+        return (
+            f"guarantee: ε = {g['epsilon']:g} ({g.get('mechanism')}), {g['unit']}, neighbours "
+            f"{g['neighbours']}; source: {g['source']}"
+        )
+    dom = g["domain"]
+    what = (
+        f"one-hot, {dom['tables']} tables"
+        if dom["kind"] == "one_hot"
+        else f"each coordinate in [{dom['min']:g}, {dom['max']:g}]"
+    )
+    return (
+        f"guarantee: ε = {g['epsilon']:g} for {g['unit']}, {g['neighbours']} "
+        f"(ε {g['epsilon_sum']:g} to the sum, {g['epsilon_count']:g} to the count; {what}, "
+        f"L1 bound {g['l1_bound']:g}); "
+        f"source: {g['source']}"
+    )
 
 
 def cmd_reidentify(args: argparse.Namespace) -> None:
@@ -61,7 +118,7 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 140)  # a log keeps the whole table
     with http_client(args) as c:
         a = checked(c.post("/v1/audits/reidentification", json=body_of(args)))["id"]
         console.print(f"audit {a} started")
@@ -89,7 +146,12 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
         + f"): n = {out['n']} records of {out['dimensions']} numbers, "
         f"π_p = {out['pi_p']:.3f}, {out['seconds']:.1f} s"
     )
+    console.print(guarantee_line(out))
     console.print(table(out))
+    console.print(
+        "accuracy, precision, recall: means over the draws; gains: accuracy − the prior's, "
+        "precision − π_p (in points)"
+    )
 
 
 def register(audit: Any) -> None:
@@ -106,8 +168,18 @@ def register(audit: Any) -> None:
     p.add_argument("--positive-label", required=True, help="the label whose class is released")
     p.add_argument("--release", choices=["count_tables", "class_mean"], required=True)
     p.add_argument(
-        "--epsilon", type=float, default=None, help="class_mean: ε (omitted: the exact mean)"
+        "--epsilon",
+        type=float,
+        default=None,
+        help="class_mean: ε for the whole record, add/remove one record (omitted: the exact mean)",
     )
     p.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
     p.add_argument("--classifier", choices=["linear", "mlp"], default="linear")
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=5,
+        help="noise draws, each attacked by freshly trained attacks (1-20; count_tables: the "
+        "tables' one release, re-trained on)",
+    )
     p.set_defaults(fn=cmd_reidentify)

@@ -13,11 +13,14 @@ records one-hot per table:
 
 * ``count_tables``: the positive class's mean read off the count period's noisy tables (an
   attacker who reads the tables; ``service.audits.encoding``), at the stream's ε;
-* ``class_mean``: the hot records' own positive-class mean, ε-DP by the Laplace mechanism
-  at the same ε (the paper's release; sensitivity 1/n_p per coordinate of a one-hot mean).
+* ``class_mean``: the hot records' own positive class, its noisy sum and noisy count at the
+  same ε for the whole record, add/remove one record (``service.core.pu.SumRelease``: one-hot
+  records, L1 bound = the number of tables, 7).
 
-growPU, nnPU (linear) and K-means, with the prior and the oracle; one draw per ε (the noise is
-new at every stream). Prints a markdown table and writes
+growPU, nnPU (linear) and K-means, with the prior and the oracle; each audit attacks
+``--draws`` noise draws (``count_tables``: the tables' one release, re-trained on; a new stream
+per ε draws new tables) and the table shows the means over them. Prints a markdown table and
+writes
 ``bench/plots/reidentification_movielens_eps.png``. Budgets are reduced as in the MNIST profile
 (``--t-pre``, ``--t-tune``, ``--pu-epochs``); the oracle trains 1,000 epochs
 (``--oracle-epochs``). BLAS on one thread.
@@ -74,13 +77,14 @@ async def _stream(
     return name
 
 
-async def _audit(svc: InProcess, name: str, release: dict[str, Any]) -> dict[str, Any]:
+async def _audit(svc: InProcess, name: str, release: dict[str, Any], draws: int) -> dict[str, Any]:
     body = {
         "source": {"stream": name},
         "positive_label": "1",
         "release": release,
         "attacks": ATTACKS,
         "classifier": "linear",
+        "draws": draws,
     }
     a = (await svc.call("POST", "/audits/reidentification", "admin", 202, json=body)).json()["id"]
     assert (await audits.run(ctx=svc.ctx, a=a))["status"] == "done"
@@ -103,7 +107,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 release = {"kind": kind}
                 if kind == "class_mean" and eps is not None:
                     release["epsilon"] = eps
-                out = await _audit(svc, name, release)
+                out = await _audit(svc, name, release, args.draws)
                 res = out["results"]
                 rows.append(
                     {
@@ -160,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         help="the count period holds the hot records themselves (the paper's setting: the "
         "attacker holds exactly the counted records), not the --count earlier ratings",
     )
+    p.add_argument("--draws", type=int, default=5, help="noise draws per audit (1-20)")
     p.add_argument("--t-pre", type=int, default=3_000)
     p.add_argument("--t-tune", type=int, default=3_000)
     p.add_argument("--pu-epochs", type=int, default=250)

@@ -1,6 +1,7 @@
 """`selectivity audit reidentify` against `selectivity serve` on the embedded defaults (its
 in-process worker runs the audit at the paper's budgets): the CLI shows the audit's progress
-stage by stage and prints the accuracies, which the stream's privacy ledger then shows."""
+stage by stage and prints the release's guarantee and per attack the accuracy over the draws
+with its spread, precision, recall and gains, which the stream's privacy ledger then shows."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_the_cli_shows_progress_and_the_results(tmp_path: Path) -> None:
         p = cli(
             "audit", "reidentify", "--url", base, "--key", keys["analyst"], "--stream", "clicks",
             "--positive-label", "1", "--release", "count_tables",
-            "--attacks", "growpu", "nnpu", "kmeans", env=env, timeout=600,
+            "--attacks", "growpu", "nnpu", "kmeans", "--draws", "2", env=env, timeout=600,
         )  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
         out = p.stdout
@@ -63,8 +64,12 @@ def test_the_cli_shows_progress_and_the_results(tmp_path: Path) -> None:
         shares = [float(v) for v, _ in stages]
         assert shares == sorted(shares) and any(0 < v < 100 for v in shares), out
         assert "stream:clicks, release count_tables (ε = 1, laplace): n = 150 records" in out
+        assert "guarantee: ε = 1 (laplace), one observation of the count period" in out, out
         for row in ("growPU", "nnPU", "K-means (best assignment)", "prior", "oracle"):
             assert re.search(rf"{re.escape(row)}.*\d+\.\d %", out), (row, out)
+        for head in ("precision", "recall", "gain (accuracy)", "s.d.", "draws"):
+            assert head in out, (head, out)
+        assert re.search(r"growPU .*\d+\.\d-\d+\.\d .* 2 ", out), out  # range, 2 draws
 
         ah = {"Authorization": f"Bearer {keys['analyst']}"}
         led = http.get(f"{base}/v1/streams/clicks/privacy", headers=ah).json()
