@@ -1,43 +1,45 @@
 -- One annotator's action on a leased task: heartbeat, skip or label. Atomic.
 -- (docs/ARCHITECTURE.md, "Annotation queues", step 4.)
 -- KEYS[1] pool, KEYS[2] leases, KEYS[3] owners, KEYS[4] scores, KEYS[5] payloads, KEYS[6]
--- labelled (hash: task id -> label), KEYS[7] stats, KEYS[8] the annotator's skipped set.
+-- labelled (hash: task id -> label), KEYS[7] stats, KEYS[8] the annotator's skipped set,
+-- KEYS[9] labellers (hash: task id -> the annotator who labelled it).
 -- ARGV[1] action, ARGV[2] task id, ARGV[3] annotator, ARGV[4] now (ms), ARGV[5] lease TTL
 -- (ms) | label | skip-memory TTL (s).
+-- A task is the annotator's while it holds the task's lease (live, or expired and not yet
+-- taken back into the pool) and, once it labelled the task, for good. Only then does it hear
+-- of the task's state. To anyone else the answer is {'missing'}, the same whether the task
+-- does not exist, waits in the pool, is leased to another, or was labelled by another (with
+-- whatever label).
 -- Returns {status, ...}:
---   heartbeat: {'ok', expiry} | {'expired'} | {'other'} | {'missing'} | {'labelled'}
---   skip:      {'ok'} | {'expired'} | {'other'} | {'missing'} | {'labelled'}
---   label:     {'ok', payload} | {'dup', label, payload or ''} | {'other'} | {'missing'}
--- A label is accepted from anyone but the holder of another annotator's live lease; the first
--- label is final (a repeat returns 'dup' with it).
+--   heartbeat: {'ok', expiry} | {'expired'} | {'labelled'} | {'missing'}
+--   skip:      {'ok'} | {'expired'} | {'labelled'} | {'missing'}
+--   label:     {'ok', payload} | {'dup', label, payload or ''} | {'missing'}
+-- The first label is final; the labeller's repeat returns 'dup' with it (a replay).
 local action, id, who, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local prev = redis.call('HGET', KEYS[6], id)
 if prev then
+  if redis.call('HGET', KEYS[9], id) ~= who then
+    return {'missing'}
+  end
   if action == 'label' then
     return {'dup', prev, redis.call('HGET', KEYS[5], id) or ''}
   end
   return {'labelled'}
 end
-if redis.call('HEXISTS', KEYS[4], id) == 0 then
+if redis.call('HGET', KEYS[3], id) ~= who or redis.call('HEXISTS', KEYS[4], id) == 0 then
   return {'missing'}
 end
-local owner = redis.call('HGET', KEYS[3], id)
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], id) or '0')
-local live = owner and expiry > now
+local live = expiry > now
 if action == 'label' then
-  if live and owner ~= who then
-    return {'other'}
-  end
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   redis.call('HSET', KEYS[6], id, ARGV[5])
+  redis.call('HSET', KEYS[9], id, who)
   redis.call('HINCRBY', KEYS[7], 'labelled', 1)
   return {'ok', redis.call('HGET', KEYS[5], id) or ''}
-end
-if owner ~= who then
-  return {'other'}
 end
 if not live then
   return {'expired'}

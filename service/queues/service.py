@@ -1,14 +1,17 @@
 """The k-anonymous active-learning annotation queue (docs/ARCHITECTURE.md, "Annotation queues").
 
 A submitted batch is validated and canonicalised as a whole, and every candidate is made
-ready to count (digest, class, release blob) before the sampling, so neither an error nor the
-work done depends on which candidates are kept. Each is then kept with probability β drawn from
-the OS CSPRNG; the others are dropped here, in memory: they are never written to Redis, SQL or a
-log. A kept candidate is counted in its class, in the open **release period** (``release_seconds``
-long, at multiples of it since the Unix epoch): the class is the key, HMAC-SHA256(queue secret,
+ready to count (digest, class, release blob, and the placeholder of the same lengths) before
+the sampling, so neither an error nor the work done depends on which candidates are kept. Each
+is then kept with probability β drawn from the OS CSPRNG; the others are replaced here, in
+memory, by their placeholders: their digest and payload are never written to Redis, SQL or a
+log. ``queue_candidates.lua`` takes the whole batch, kept candidates and placeholders alike, and
+runs the same commands for each with arguments of the same lengths (the coin decides values,
+not work), so the response waits on nothing whose duration depends on the sampling. A kept
+candidate is counted in its class, in the open **release period** (``release_seconds`` long, at
+multiples of it since the Unix epoch): the class is the key, HMAC-SHA256(queue secret,
 canonical form), and for client-scored queues the bucket ⌊10u⌋ of the submitted uncertainty u.
-``queue_candidates.lua`` counts a batch atomically; a class with k sampled candidates in the
-period is ready.
+A class with k sampled candidates in the period is ready.
 
 Releases are batches (``release_due``, the worker's ``queues_release`` cron): once a period has
 ended, its ready classes are released at once, each key once ever (a key ready in several
@@ -72,7 +75,7 @@ from service.queues.schemas import (
     TasksOut,
 )
 from service.reference import service as reference
-from service.stores.queues import SKIP_MEMORY_SECONDS, Release, Sampled
+from service.stores.queues import SKIP_MEMORY_SECONDS, Candidate, Release
 from service.streams import service as streams
 from service.streams.validation import check_rows
 
@@ -277,11 +280,15 @@ async def _model_uncertainty(
     return out
 
 
-async def _prepare(ctx: AppContext, rt: QueueRuntime, body: CandidatesIn) -> list[Sampled]:
+async def _prepare(
+    ctx: AppContext, rt: QueueRuntime, body: CandidatesIn
+) -> list[tuple[Candidate, Candidate]]:
     """Validate and canonicalise the whole batch, and make every candidate ready to count,
     before the sampling: an error never says anything about which candidates were kept, and
-    the work does not depend on it. Client scores of a model-scored queue are not used."""
-    out: list[Sampled] = []
+    the work does not depend on it. Each candidate comes as (its placeholder, itself kept):
+    the sampling only picks one of the two. Client scores of a model-scored queue are not
+    used."""
+    out: list[tuple[Candidate, Candidate]] = []
     if rt.payload_kind == "record":
         assert rt.stream is not None
         srt = await streams.runtime(ctx=ctx, name=rt.stream)
@@ -319,7 +326,8 @@ async def _prepare(ctx: AppContext, rt: QueueRuntime, body: CandidatesIn) -> lis
             bucket = bucket_of(c.uncertainty)
         cls = key if bucket is None else f"{key}:{bucket}"
         blob = orjson.dumps({"key": key, "bucket": bucket, "payload": payload})
-        out.append(Sampled(key=key, cls=cls, blob=blob))
+        kept = Candidate(kept=True, key=key, cls=cls, blob=blob)
+        out.append((kept.placeholder(), kept))
     return out
 
 
@@ -341,15 +349,16 @@ async def submit(*, ctx: AppContext, name: str, body: CandidatesIn) -> Candidate
             f"candidates: batch of {len(body.candidates)} exceeds the limit of {limit}"
         )
     prepared = await _prepare(ctx, rt, body)
-    keep = bernoulli_mask(len(prepared), rt.beta)
-    kept = [p for p, m in zip(prepared, keep.tolist(), strict=True) if m]
-    del prepared  # the dropped candidates end here
+    coins = bernoulli_mask(len(prepared), rt.beta)
+    # the same operation whatever the coin: pick one of two forms made before the sampling
+    batch = [pair[m] for pair, m in zip(prepared, coins.tolist(), strict=True)]
+    del prepared  # the dropped candidates end here: only their placeholders go on
     await ctx.stores.queues.add(
         queue=rt.name,
         k=rt.k,
         period=period_of(rt, _now_ms()),
         received=len(body.candidates),
-        sampled=kept,
+        batch=batch,
     )
     return CandidatesOut(received=len(body.candidates))
 
@@ -483,15 +492,16 @@ async def next_tasks(*, ctx: AppContext, name: str, owner: str, n: int) -> Tasks
 
 
 def _refusal(status: str, name: str, task_id: str) -> Exception:
-    if status == "missing":
-        return NotFound(f"task {task_id!r} not found in queue {name!r}")
-    if status == "other":
-        return Conflict(f"task {task_id!r} is leased by another annotator")
+    """The error of a refused action. A task that is not the caller's (not leased to it, nor
+    labelled by it) gets one answer whatever its state: it may not exist, wait in the pool,
+    be leased to another or labelled by another, with any label. Only the task's own
+    annotator hears that its lease expired or that it labelled it already; no error carries
+    a label."""
     if status == "expired":
         return Conflict(f"the lease of task {task_id!r} has expired; take it again with /next")
     if status == "labelled":
-        return Conflict(f"task {task_id!r} is already labelled")
-    return Conflict(f"task {task_id!r}: {status}")
+        return Conflict(f"task {task_id!r} is already labelled by you; a label is final")
+    return NotFound(f"task {task_id!r} is not leased to you in queue {name!r}")
 
 
 def _status(res: list[Any]) -> str:
@@ -530,9 +540,11 @@ async def skip(*, ctx: AppContext, name: str, task_id: str, owner: str) -> SkipO
 
 
 async def label(*, ctx: AppContext, name: str, task_id: str, owner: str, label: str) -> LabelOut:
-    """Label a task once. Redis decides who labelled first; the label then goes to SQL (and,
-    for a record, to the stream as an observation) in a transaction of its own; a repeat of
-    the same label is a replay that also completes an interrupted first attempt."""
+    """Label a task once, as the holder of its lease. Redis decides who labelled first; the
+    label then goes to SQL (and, for a record, to the stream as an observation) in a
+    transaction of its own; the labeller's repeat of the same label is a replay that also
+    completes an interrupted first attempt. Anyone else gets the 404 of a task that is not
+    theirs, whatever the task's state or label (``_refusal``)."""
     rt = await runtime(ctx=ctx, name=name)
     if label not in rt.labels:
         raise ValidationError(f"label: {label!r} is not one of the queue's labels {rt.labels}")
@@ -544,7 +556,7 @@ async def label(*, ctx: AppContext, name: str, task_id: str, owner: str, label: 
     if status == "dup":
         prev = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
         if prev != label:
-            raise Conflict(f"task {task_id!r} is already labelled {prev!r}")
+            raise _refusal("labelled", name, task_id)
         payload = bytes(res[2])
     elif status == "ok":
         payload = bytes(res[1])

@@ -6,7 +6,9 @@ What Redis holds of a candidate below k: its class's keyed digest and sampled co
 counts of its release period (``p:<period>:counts``), deleted when the period is released. A
 payload enters Redis only once its class has k sampled occurrences in the period (``ready``,
 until the period's release) and with the release (the ``tasks`` hash), as the canonical form of
-a k-anonymous example."""
+a k-anonymous example. A candidate not kept by the sampling reaches Redis only as placeholders
+of its lengths (``Candidate.placeholder``): the submission's Redis work is the same whatever
+was kept (``queue_candidates.lua``)."""
 
 from __future__ import annotations
 
@@ -32,13 +34,28 @@ STATS_COUNTERS = (
 )
 
 
-@dataclass(frozen=True)
-class Sampled:
-    """One candidate kept by sampling, as ``queue_candidates.lua`` needs it."""
+PLACEHOLDER = "~"  # the first character of a placeholder class (never a hex digest's)
 
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of a batch as ``queue_candidates.lua`` takes it: kept by the sampling
+    (its key, class and release blob), or the placeholder of one that was not."""
+
+    kept: bool
     key: str  # keyed digest of the canonical form (hex): one release per key
     cls: str  # its class in the period: the key, or key and uncertainty bucket
     blob: bytes  # what the release needs once the class is ready (JSON)
+
+    def placeholder(self) -> Candidate:
+        """The same lengths, none of the content: what a candidate not kept sends, so that
+        the script's work and its arguments' sizes do not depend on the coin."""
+        return Candidate(
+            kept=False,
+            key="0" * len(self.key),
+            cls=PLACEHOLDER * len(self.cls),
+            blob=b"\0" * len(self.blob),
+        )
 
 
 @dataclass(frozen=True)
@@ -70,13 +87,14 @@ def period_keys(keys: Keys, queue: str, period: int) -> list[str]:
 
 
 def candidates_call(
-    keys: Keys, queue: str, k: int, period: int, received: int, sampled: list[Sampled]
+    keys: Keys, queue: str, k: int, period: int, received: int, batch: list[Candidate]
 ) -> tuple[list[str], list[bytes | str | int]]:
-    """KEYS and ARGV of ``queue_candidates.lua``."""
+    """KEYS and ARGV of ``queue_candidates.lua``: every candidate of the batch, kept or a
+    placeholder, with its coin."""
     names = ("stats", "closed", "periods", "released")
-    args: list[bytes | str | int] = [k, received, str(period), len(sampled)]
-    for s in sampled:
-        args += [s.key, s.cls, s.blob]
+    args: list[bytes | str | int] = [k, received, str(period), len(batch)]
+    for c in batch:
+        args += ["1" if c.kept else "0", c.key, c.cls, c.blob]
     return [keys.queue(queue, w) for w in names] + period_keys(keys, queue, period), args
 
 
@@ -99,12 +117,13 @@ class QueueStore:
         return self.k.queue(q, what)
 
     async def add(
-        self, *, queue: str, k: int, period: int, received: int, sampled: list[Sampled]
+        self, *, queue: str, k: int, period: int, received: int, batch: list[Candidate]
     ) -> int:
-        """Count a batch's sampled candidates into ``period``, or into the first period not yet
-        closed when that one is (a clock behind the releasing worker's); returns the period."""
+        """Count a batch (its kept candidates and the placeholders of the others) into
+        ``period``, or into the first period not yet closed when that one is (a clock behind
+        the releasing worker's); returns the period."""
         for _ in range(CLOSED_RETRIES):
-            keys, args = candidates_call(self.k, queue, k, period, received, sampled)
+            keys, args = candidates_call(self.k, queue, k, period, received, batch)
             res = await self._candidates(keys=keys, args=args)
             if _s(res[0]) == "ok":
                 return period
@@ -121,9 +140,14 @@ class QueueStore:
         await self._release(keys=keys, args=["close", str(period)])
 
     async def ready(self, *, queue: str, period: int) -> list[bytes]:
-        """The release blobs of the period's classes that reached k (final once closed)."""
-        raw = await self.r.hvals(period_keys(self.k, queue, period)[1])
-        return [x if isinstance(x, bytes) else x.encode() for x in raw]
+        """The release blobs of the period's classes that reached k (final once closed); the
+        placeholder fields are passed over."""
+        raw = await self.r.hgetall(period_keys(self.k, queue, period)[1])
+        return [
+            v if isinstance(v, bytes) else v.encode()
+            for f, v in raw.items()
+            if not _s(f).startswith(PLACEHOLDER)
+        ]
 
     async def release(self, *, queue: str, period: int, tasks: list[Release]) -> list[str]:
         """Release a closed period (once: a rerun releases nothing); returns the task ids that
@@ -160,7 +184,7 @@ class QueueStore:
             self._key(queue, w)
             for w in ("pool", "leases", "owners", "scores", "tasks", "labelled", "stats")
         ]
-        keys.append(self.k.queue_skipped(queue, owner))
+        keys += [self.k.queue_skipped(queue, owner), self._key(queue, "labellers")]
         return list(await self._task(keys=keys, args=[action, task_id, owner, now_ms, arg]))
 
     async def forget_payload(self, *, queue: str, task_id: str) -> None:

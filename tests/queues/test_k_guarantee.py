@@ -2,7 +2,8 @@
 orderings (docs/ARCHITECTURE.md, "Annotation queues", steps 2-3): a period releases exactly
 the keys that have a class with k sampled candidates *within that period* and were never
 released before, whatever order the candidates come in, however the batches are cut, and
-whatever other keys or other periods hold. That is a strongly-safe k-anonymisation of each
+whatever other keys or other periods hold, and whatever placeholders of candidates not kept
+by the sampling come with them. That is a strongly-safe k-anonymisation of each
 period's sample (Li, Qardaji & Su, Thm 5), periods being disjoint. Runs the real scripts on
 the test's Redis (a sync client, so Hypothesis drives it directly)."""
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from service.keys import Keys
 from service.lua import source
-from service.stores.queues import Sampled, candidates_call, period_keys, release_keys
+from service.stores.queues import Candidate, candidates_call, period_keys, release_keys
 from tests.conftest import REDIS_URL, Backend
 
 
@@ -34,10 +35,10 @@ def sync_redis(backend: Backend) -> Iterator[redis.Redis]:
     r.close()
 
 
-def item(key: int, bucket: int) -> Sampled:
+def item(key: int, bucket: int) -> Candidate:
     k = f"{key:032x}"
     blob = orjson.dumps({"key": k, "bucket": bucket, "payload": {"text": f"t{key}"}})
-    return Sampled(key=k, cls=f"{k}:{bucket}", blob=blob)
+    return Candidate(kept=True, key=k, cls=f"{k}:{bucket}", blob=blob)
 
 
 class Queue:
@@ -49,7 +50,7 @@ class Queue:
         self.cand = r.register_script(source("queue_candidates"))
         self.rel = r.register_script(source("queue_release"))
 
-    def add(self, period: int, batch: list[Sampled], received: int | None = None) -> list:
+    def add(self, period: int, batch: list[Candidate], received: int | None = None) -> list:
         n = len(batch) if received is None else received
         ks, args = candidates_call(self.keys, self.q, self.k, period, n, batch)
         return [x.decode() if isinstance(x, bytes) else x for x in self.cand(keys=ks, args=args)]
@@ -58,7 +59,8 @@ class Queue:
         """Close, read the ready classes, release one task per key (the task id is the key)."""
         ks = release_keys(self.keys, self.q, period)
         self.rel(keys=ks, args=["close", str(period)])
-        ready = [orjson.loads(b) for b in self.r.hvals(period_keys(self.keys, self.q, period)[1])]
+        held = self.r.hgetall(period_keys(self.keys, self.q, period)[1])
+        ready = [orjson.loads(b) for f, b in held.items() if not f.startswith(b"~")]
         args: list = ["release", str(period), 0]
         for key in sorted({x["key"] for x in ready}):
             args += [key, key, "0.5", b"{}"]
@@ -104,6 +106,7 @@ period_data = st.tuples(bursts, st.booleans()).flatmap(
     periods=st.lists(period_data, min_size=1, max_size=4),
     cuts=st.lists(st.integers(0, 400), max_size=6),
     k=st.integers(1, 10),
+    dropped=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 2), st.integers(0, 400))),
 )
 def test_each_period_releases_exactly_its_own_classes_with_k_candidates(
     sync_redis: redis.Redis,
@@ -111,12 +114,15 @@ def test_each_period_releases_exactly_its_own_classes_with_k_candidates(
     periods: list[list[tuple[int, int]]],
     cuts: list[int],
     k: int,
+    dropped: list[tuple[int, int, int]],
 ) -> None:
     q = Queue(sync_redis, Keys(backend.settings.redis_prefix), k)
     try:
         got = []
         for p, cands in enumerate(periods):
             items = [item(x, u) for x, u in cands]
+            for x, u, at in dropped:  # candidates the sampling did not keep: no effect
+                items.insert(at % (len(items) + 1), item(x, u).placeholder())
             bounds = sorted({0, len(items), *(c % (len(items) + 1) for c in cuts)})
             for lo, hi in zip(bounds, bounds[1:], strict=False):
                 assert q.add(p, items[lo:hi]) == ["ok"]

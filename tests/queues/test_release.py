@@ -252,7 +252,7 @@ async def test_model_scored_queue_scores_at_release_never_on_submission(
     real_add = qapi.ctx.stores.queues.add
 
     async def add(**kw: Any) -> int:
-        adds.append(len(kw["sampled"]))
+        adds.append(len(kw["batch"]))
         return await real_add(**kw)
 
     monkeypatch.setattr(qapi.ctx.stores.queues, "add", add)
@@ -261,7 +261,7 @@ async def test_model_scored_queue_scores_at_release_never_on_submission(
         monkeypatch.setattr(qservice, "bernoulli_mask", MaskSpy(force=keep))
         await post(qapi, q, [{"record": rec, "uncertainty": 0.99}])
     # the same work whatever was kept: no model call, one counting call per batch
-    assert calls == [] and adds == [0, 1, 1]
+    assert calls == [] and adds == [1, 1, 1]
     await release(qapi, q, clock)
     assert calls == [[{"age": 31, "item": "i9", "user": "u1"}]]  # the key, once, at release
     (t,) = await lease_all(qapi, q)
