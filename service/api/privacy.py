@@ -7,6 +7,7 @@ from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep
 from service.api.streams import StreamPath
 from service.errors import NotFound, ValidationError, error_responses
 from service.privacy import service
+from service.privacy.releases import Viewer
 from service.privacy.schemas import KAnonIn, KAnonOut
 
 router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute)
@@ -18,16 +19,19 @@ router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute
         200: {
             "description": "the privacy ledger: per observation and per user, with the parts, "
             "their parameters and sources (ε is null where there is no guarantee); "
-            "reidentification: the latest re-identification audit of the stream, or null"
+            "releases: every release kind of the stream, DP or not, in the same fields; "
+            "reidentification: the latest re-identification audit of the stream, or null "
+            "(its exact figures only for admins and its creator)"
         },
         **error_responses(NotFound),
     },
 )
 async def privacy(
-    session: SessionDep, ctx: CtxDep, _: AnyKey, stream: str = StreamPath
+    session: SessionDep, ctx: CtxDep, who: AnyKey, stream: str = StreamPath
 ) -> Response:
     # orjson writes a missing guarantee (ε = ∞, mechanism 'none') as null
-    out = await service.get(session=session, name=stream, ctx=ctx)
+    viewer = Viewer(key_id=who.key_id, role=who.role)
+    out = await service.get(session=session, name=stream, ctx=ctx, viewer=viewer)
     return Response(orjson.dumps(out), media_type="application/json")
 
 

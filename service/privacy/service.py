@@ -10,7 +10,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.audits import service as audits
 from service.context import AppContext
 from service.core import kanon
 from service.core.accounting import (
@@ -34,6 +33,7 @@ from service.core.budget import (
     window_multiplier,
 )
 from service.errors import ValidationError
+from service.privacy import releases
 from service.privacy.schemas import KAnonIn, KAnonOut
 from service.queues import service as queues
 from service.streams import service as streams
@@ -301,14 +301,25 @@ def ledger(cfg: StreamCreate, queue_parts: Sequence[Part] = ()) -> dict[str, Any
     return out
 
 
-async def get(*, session: AsyncSession, name: str, ctx: AppContext | None = None) -> dict[str, Any]:
-    """The ledger; with ``ctx`` also ``reidentification``, the stream's latest finished
-    re-identification audit (``service.audits.service.latest``: null when none lives)."""
+async def get(
+    *,
+    session: AsyncSession,
+    name: str,
+    ctx: AppContext | None = None,
+    viewer: releases.Viewer | None = None,
+) -> dict[str, Any]:
+    """The ledger; with ``ctx`` and the ``viewer`` also ``releases``, every release kind of
+    the stream, DP or not (``service.privacy.releases``), and ``reidentification``, the
+    stream's latest finished re-identification audit as the viewer may see it (null when none
+    lives)."""
     stream = await streams.get(session=session, name=name)
     parts = await queues.ledger_parts(session=session, stream_id=stream.id)
     out = {"stream": name, **ledger(StreamCreate.model_validate(stream.config), parts)}
-    if ctx is not None:
-        out["reidentification"] = await audits.latest(ctx=ctx, stream=name, stream_id=stream.id)
+    if ctx is not None and viewer is not None:
+        rt = await streams.runtime(ctx=ctx, name=name)
+        inp = releases.LedgerInput(ctx=ctx, session=session, rt=rt, ledger=out, viewer=viewer)
+        out["releases"] = await releases.collect(inp)
+        out["reidentification"] = await releases.reidentification(inp)
     return out
 
 
