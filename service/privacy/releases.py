@@ -7,8 +7,9 @@ kind is one function appended to the list. Every entry has the same fields:
 
 * ``kind``; ``dp`` (true or false); ``guarantee``: for a DP kind the mechanism's guarantee
   ("ε-DP", or "ρ-zCDP, reported as (ε, δ)-DP"), for any other "non-DP: " and what it is;
-* ``epsilon``, ``delta``, ``neighbour`` (the neighbour relation the ε holds for), ``unit``, and
-  ``per_user`` (the same three per user, with a user key) for DP kinds; all null for non-DP;
+* ``epsilon``, ``delta``, ``neighbour`` (the neighbour relation the ε holds for),
+  ``observer`` (whom the figure protects against, as the accounting states it), ``unit``, and
+  ``per_user`` (the same per user, with a user key) for DP kinds; all null for non-DP;
 * ``reveals``: what the release shows; ``to``: the roles that can read it, ``readers``: who
   among them, in words;
 * ``created``: when such releases are made; ``lifetime``: when they are deleted; ``items``:
@@ -44,7 +45,14 @@ ALL_ROLES = ["producer", "model", "curator", "annotator", "analyst", "admin"]
 OBSERVATION = "add or remove one observation"
 USER = "add or remove all of one user's observations"
 RECORD = "add or remove one submitted record"
-NON_DP = {"epsilon": None, "delta": None, "neighbour": None, "unit": None, "per_user": None}
+NON_DP = {
+    "epsilon": None,
+    "delta": None,
+    "neighbour": None,
+    "observer": None,
+    "unit": None,
+    "per_user": None,
+}
 
 
 @dataclass(frozen=True)
@@ -109,12 +117,14 @@ def _dp(inp: LedgerInput, name: str, *, neighbour: str, user: bool = True) -> di
                 "epsilon": u["epsilon"],
                 "delta": u["delta"],
                 "neighbour": _neighbour(u, USER),
+                "observer": u.get("observer"),
             }
     return {
         "guarantee": _guarantee(part),
         "epsilon": part["epsilon"],
         "delta": part["delta"],
         "neighbour": _neighbour(part, neighbour),
+        "observer": part.get("observer"),
         "unit": "observation",
         "per_user": per_user,
     }
@@ -179,6 +189,7 @@ async def annotation_queues(inp: LedgerInput) -> list[dict[str, Any]]:
                 "epsilon": part["epsilon"],
                 "delta": part["delta"],
                 "neighbour": _neighbour(part, RECORD),
+                "observer": part.get("observer"),
                 "unit": "submitted record",
                 "per_user": None,
                 "reveals": "the classes that reached k sampled candidates in a release period, "
@@ -302,8 +313,9 @@ async def reidentification_audits(inp: LedgerInput) -> list[dict[str, Any]]:
             "readers": "the exact figures: admins and the audit's creator; other keys: that "
             "it exists, when, and of which release",
             "created": "on an analyst's or admin's request (POST /v1/audits/reidentification)",
-            "lifetime": f"expires at most {inp.rt.config.window_seconds} s (window_seconds) "
-            "after its creation; the ledger shows the latest finished one",
+            "lifetime": "deleted at the roll that ends its oldest window's hot period, and at "
+            f"most {inp.rt.config.window_seconds} s (window_seconds) after its creation; the "
+            "ledger shows the latest finished one",
             "items": items,
         }
     ]

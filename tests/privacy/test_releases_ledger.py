@@ -17,7 +17,8 @@ from tests.helpers import ingest, new_stream, obs
 from workers.jobs import anonymize_run, reidentification_run
 
 FIELDS = {
-    "kind", "dp", "guarantee", "epsilon", "delta", "neighbour", "unit", "per_user", "reveals",
+    "kind", "dp", "guarantee", "epsilon", "delta", "neighbour", "observer", "unit", "per_user",
+    "reveals",
     "to", "readers", "created", "lifetime", "items",
 }  # fmt: skip
 EXACT = {"id", "n", "accuracy", "summary"}
