@@ -37,9 +37,16 @@
     Sel.status("");
     try {
       if ($("src-stream").checked) {
+        // only the columns the stream's operator marked releasable (never its user key)
         const s = await Sel.api("GET", "/v1/streams/" + encodeURIComponent($("stream").value.trim()));
-        columns = s.features.map((f) => ({ name: f.name, numeric: f.kind === "numeric" }));
-        columns.push({ name: "label", numeric: false });
+        const releasable = new Set(s.releasable || []);
+        columns = s.features.filter((f) => releasable.has(f.name))
+          .map((f) => ({ name: f.name, numeric: f.kind === "numeric" }));
+        if (releasable.has("label")) columns.push({ name: "label", numeric: false });
+        if (columns.length === 0) {
+          Sel.status("stream " + s.name + " marks no column releasable (its 'releasable' setting)");
+          return;
+        }
       } else {
         rows = parseCsv($("csv").value);
         columns = Object.keys(rows[0]).map((name) => ({
