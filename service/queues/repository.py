@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import AnnotationQueue, AnnotationTask
@@ -34,9 +36,25 @@ async def of_stream(session: AsyncSession, stream_id: int) -> Sequence[Annotatio
     return (await session.execute(stmt.order_by(AnnotationQueue.id))).scalars().all()
 
 
-async def add_tasks(session: AsyncSession, tasks: Sequence[AnnotationTask]) -> None:
-    session.add_all(tasks)
-    await session.flush()
+async def insert_tasks(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert released tasks (``AnnotationTask`` columns), passing over any whose id or key
+    the queue holds already: a rerun of a release, or two at once, inserts each key once and
+    never fails on a unique constraint."""
+    if not rows:
+        return
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    await session.execute(dialect.insert(AnnotationTask).on_conflict_do_nothing(), list(rows))
+
+
+async def task_ids(session: AsyncSession, queue_id: int, keys: Sequence[str]) -> dict[str, str]:
+    """The task id of each of ``keys`` (key digests) the queue holds."""
+    out: dict[str, str] = {}
+    for i in range(0, len(keys), 500):
+        stmt = select(AnnotationTask.key_hash, AnnotationTask.id).where(
+            AnnotationTask.queue_id == queue_id, AnnotationTask.key_hash.in_(keys[i : i + 500])
+        )
+        out.update({k: t for k, t in (await session.execute(stmt)).all()})
+    return out
 
 
 async def get_task(session: AsyncSession, queue_id: int, task_id: str) -> AnnotationTask | None:

@@ -182,7 +182,10 @@ class LabelledTask(BaseModel):
     text: str | None = None
     record: dict[str, Any] | None = None
     label: str
-    uncertainty: float
+    uncertainty: float | None = Field(
+        description="the class's uncertainty at the release (client scores: the middle of "
+        "their bucket of 0.1); null for a 'model' queue, whose model scores are not kept"
+    )
     labelled_at: datetime
     labelled_by: str
 

@@ -41,19 +41,23 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import dataclass
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import orjson
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
 from service.core import kanon
 from service.core.accounting import Part
 from service.core.sampling import bernoulli_mask, canonical_record, canonical_text
-from service.db.models import AnnotationQueue, AnnotationTask
+from service.db.models import AnnotationQueue
 from service.errors import Conflict, NotFound, PayloadTooLarge, Unavailable, ValidationError
 from service.ingest import service as ingest
 from service.ingest.schemas import IngestIn, ObservationIn
@@ -263,11 +267,14 @@ def bucket_middle(bucket: int) -> float:
 
 async def _model_uncertainty(
     ctx: AppContext, rt: QueueRuntime, records: list[dict[str, Any]]
-) -> list[float] | None:
-    """1 − max probability, scaled to [0, 1] by 1 − 1/L; None when the stream has no reference
-    model yet (the caller falls back). In batches of at most ``max_batch`` records."""
+) -> tuple[list[float], int] | None:
+    """The reference model's uncertainty of each record as released: 1 − max probability,
+    scaled to [0, 1] by 1 − 1/L, given only as the middle of its bucket ⌊10u⌋, with the
+    epoch of the model; None when the stream has no reference model (the caller falls back).
+    In batches of at most ``max_batch`` records."""
     assert rt.stream is not None
     out: list[float] = []
+    epochs: list[int] = []
     step = ctx.settings.max_batch
     for i in range(0, len(records), step):
         try:
@@ -275,9 +282,13 @@ async def _model_uncertainty(
         except Unavailable:
             return None
         p = np.asarray(pred.probabilities, dtype=np.float64)
-        u = (1.0 - p.max(axis=1)) / (1.0 - 1.0 / p.shape[1])
-        out += np.clip(u, 0.0, 1.0).tolist()
-    return out
+        u = np.clip((1.0 - p.max(axis=1)) / (1.0 - 1.0 / p.shape[1]), 0.0, 1.0)
+        # rounded first, so that a score on a bucket's edge in exact arithmetic (0.4 from
+        # (1 − 0.8)/(1 − 1/2)) is not moved down a bucket by a rounding error
+        out += [bucket_middle(bucket_of(round(float(x), 12))) for x in u]
+        epochs.append(pred.model_epoch)
+    # a roll between two calls: the whole release is bound to the earliest model's epoch
+    return out, min(epochs)
 
 
 async def _prepare(
@@ -363,15 +374,23 @@ async def submit(*, ctx: AppContext, name: str, body: CandidatesIn) -> Candidate
     return CandidatesOut(received=len(body.candidates))
 
 
-# --- releases --------------------------------------------------------------------------------
+# --- releases ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """How a period's tasks were scored: the stats counter, and the reference model's epoch
+    when the model scored them (its scores are then forgotten once that epoch ends)."""
+
+    counter: str | None
+    model_epoch: int | None
 
 
 async def _release_tasks(
     ctx: AppContext, rt: QueueRuntime, blobs: list[bytes]
-) -> tuple[list[Release], str | None]:
+) -> tuple[list[Release], _Scored]:
     """One task per key of a period's ready classes (the highest bucket of a key ready in
-    several), with its class-level uncertainty; and, for a model-scored queue, the stats
-    counter of how they were scored."""
+    several), with its class-level uncertainty (a bucket middle), and how they were scored."""
     best: dict[str, dict[str, Any]] = {}
     for b in blobs:
         item = orjson.loads(b)
@@ -379,13 +398,13 @@ async def _release_tasks(
         if prev is None or (item["bucket"] or 0) > (prev["bucket"] or 0):
             best[item["key"]] = item
     items = sorted(best.values(), key=lambda x: x["key"])  # no trace of arrival order
-    scored = None
+    scored = _Scored(None, None)
     if rt.uncertainty == "model" and items:
-        scores = await _model_uncertainty(ctx, rt, [x["payload"]["record"] for x in items])
-        if scores is None:
-            us, scored = [FALLBACK_UNCERTAINTY] * len(items), "scored_by_fallback"
+        model = await _model_uncertainty(ctx, rt, [x["payload"]["record"] for x in items])
+        if model is None:
+            us, scored = [FALLBACK_UNCERTAINTY] * len(items), _Scored("scored_by_fallback", None)
         else:
-            us, scored = scores, "scored_by_model"
+            us, scored = model[0], _Scored("scored_by_model", model[1])
     else:
         us = [bucket_middle(x["bucket"]) for x in items]
     tasks = [
@@ -394,51 +413,96 @@ async def _release_tasks(
             task_id="t_" + secrets.token_hex(8),
             uncertainty=float(u),
             payload=orjson.dumps(x["payload"]),
+            model_epoch=scored.model_epoch,
         )
         for x, u in zip(items, us, strict=True)
     ]
     return tasks, scored
 
 
+@contextmanager
+def _sql_errors_without_values(what: str) -> Iterator[None]:
+    """A database error's message carries the statement's parameters (payloads, here): it is
+    replaced by one naming only its type, and its context is not shown with it."""
+    try:
+        yield
+    except StatementError as e:
+        kind = type(e.orig if e.orig is not None else e).__name__
+        raise Unavailable(f"{what}: the database refused the write ({kind}); retry") from None
+
+
+async def _store_tasks(
+    ctx: AppContext, rt: QueueRuntime, period: int, tasks: list[Release]
+) -> list[Release]:
+    """Write a period's tasks to SQL before any of them can be leased, each key once: a task
+    is in SQL, committed, before Redis offers it, so a label never finds it missing (and
+    never races its release's insert). Returns the tasks under the ids SQL holds (a key
+    released before keeps its task id; ``queue_release.lua`` passes it over)."""
+    # a model-scored queue's SQL row never holds the model's score (promise 5's note)
+    stored_u = FALLBACK_UNCERTAINTY if rt.uncertainty == "model" else None
+    with _sql_errors_without_values(f"releasing queue {rt.name!r}"):
+        async with ctx.sessionmaker() as session, session.begin():
+            await repository.insert_tasks(
+                session,
+                [
+                    {
+                        "id": t.task_id,
+                        "queue_id": rt.id,
+                        "key_hash": t.key,
+                        "payload": orjson.loads(t.payload),
+                        "uncertainty": t.uncertainty if stored_u is None else stored_u,
+                        "released_at": period_end(rt, period),
+                    }
+                    for t in tasks
+                ],
+            )
+            ids = await repository.task_ids(session, rt.id, [t.key for t in tasks])
+    return [replace(t, task_id=ids[t.key]) for t in tasks]
+
+
+async def forget_model_scores(ctx: AppContext, rt: QueueRuntime) -> int:
+    """A model-scored queue's released scores live as long as the model that gave them: the
+    scores of tasks released under an earlier epoch's model become the fallback 0.5 (in the
+    pool's ranking and in what a lease shows). Returns how many were forgotten."""
+    if rt.uncertainty != "model":
+        return 0
+    assert rt.stream is not None
+    current: int | None = None  # a removed stream: forget them all
+    async with ctx.sessionmaker() as session:
+        with suppress(NotFound):
+            current = (await streams.get(session=session, name=rt.stream)).epoch
+    return await ctx.stores.queues.forget_scores(
+        queue=rt.name, before_epoch=current, fallback=FALLBACK_UNCERTAINTY
+    )
+
+
 async def release_queue(ctx: AppContext, rt: QueueRuntime, *, now_ms: int) -> dict[str, int]:
     """Release every period of the queue that ended before ``now_ms``, oldest first: close it
-    (no batch is counted into it any more), release its ready classes, delete its counts.
-    Safe to run twice or concurrently: a period is released once (``queue_release.lua``)."""
+    (no batch is counted into it any more), write its tasks to SQL, then release them in
+    Redis (its ready classes into the pool, its counts deleted). Safe to run twice or
+    concurrently: a period is released once (``queue_release.lua``), each key inserted once.
+    First, a model-scored queue forgets the scores of models whose epoch has ended."""
     store = ctx.stores.queues
     done = {"periods": 0, "released": 0}
+    await forget_model_scores(ctx, rt)
     for period in await store.due_periods(queue=rt.name, before=period_of(rt, now_ms)):
         await store.close(queue=rt.name, period=period)
         blobs = await store.ready(queue=rt.name, period=period)
         tasks, scored = await _release_tasks(ctx, rt, blobs)
+        if tasks:
+            tasks = await _store_tasks(ctx, rt, period, tasks)
         released = set(await store.release(queue=rt.name, period=period, tasks=tasks))
         done["periods"] += 1
         done["released"] += len(released)
-        if not released:
-            continue
-        if scored is not None:
-            await store.count(queue=rt.name, field=scored, n=len(released))
-        async with ctx.sessionmaker() as session, session.begin():
-            await repository.add_tasks(
-                session,
-                [
-                    AnnotationTask(
-                        id=t.task_id,
-                        queue_id=rt.id,
-                        key_hash=t.key,
-                        payload=orjson.loads(t.payload),
-                        uncertainty=t.uncertainty,
-                        released_at=period_end(rt, period),
-                    )
-                    for t in tasks
-                    if t.task_id in released
-                ],
-            )
+        if released and scored.counter is not None:
+            await store.count(queue=rt.name, field=scored.counter, n=len(released))
     return done
 
 
 async def release_due(ctx: AppContext, *, now_ms: int | None = None) -> dict[str, int]:
     """The ``queues_release`` job: release the ended periods of every queue. One queue's
-    failure does not stop the others (it is retried at the next run)."""
+    failure does not stop the others (it is retried at the next run); it is logged by type
+    and place only, never with its message (a database error's carries the rows)."""
     now = _now_ms() if now_ms is None else now_ms
     async with ctx.sessionmaker() as session:
         rows = await repository.list_queues(session)
@@ -447,8 +511,15 @@ async def release_due(ctx: AppContext, *, now_ms: int | None = None) -> dict[str
         rt = _runtime(row)
         try:
             done = await release_queue(ctx, rt, now_ms=now)
-        except Exception:
-            log.exception("releasing queue %s failed", rt.name)
+        except Exception as e:
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            log.error(
+                "releasing queue %s failed: %s at %s:%s (retried at the next run)",
+                rt.name,
+                type(e).__name__,
+                where.filename.rsplit("/", 1)[-1],
+                where.lineno,
+            )
             out["failed"] += 1
             continue
         out["queues"] += 1
@@ -581,24 +652,31 @@ async def _commit_label(
             idempotency_key=f"annotation:{rt.name}:{task_id}",
         )
         window = out.window
-    async with ctx.sessionmaker() as session, session.begin():
-        row = await repository.get_task(session, rt.id, task_id)
-        if row is None:
-            if not payload:
-                raise NotFound(f"task {task_id!r} not found in queue {rt.name!r}")
-            # released, but the release's SQL write did not happen (a crash in between)
-            row = AnnotationTask(
-                id=task_id,
-                queue_id=rt.id,
-                key_hash="unknown:" + task_id,
-                payload=orjson.loads(payload),
-                uncertainty=FALLBACK_UNCERTAINTY,
-            )
-            await repository.add_tasks(session, [row])
-        if row.label is None:
-            row.label, row.labelled_by, row.labelled_at = label, owner, datetime.now(UTC)
-            row.observation_window = window
-        window = row.observation_window
+    with _sql_errors_without_values(f"labelling task {task_id!r}"):
+        async with ctx.sessionmaker() as session, session.begin():
+            row = await repository.get_task(session, rt.id, task_id)
+            if row is None and payload:
+                # in Redis but not in SQL: only a release written before tasks went to SQL
+                # first could leave one (``_store_tasks``)
+                await repository.insert_tasks(
+                    session,
+                    [
+                        {
+                            "id": task_id,
+                            "queue_id": rt.id,
+                            "key_hash": "unknown:" + task_id,
+                            "payload": orjson.loads(payload),
+                            "uncertainty": FALLBACK_UNCERTAINTY,
+                        }
+                    ],
+                )
+                row = await repository.get_task(session, rt.id, task_id)
+            if row is None:
+                raise _refusal("missing", rt.name, task_id)
+            if row.label is None:
+                row.label, row.labelled_by, row.labelled_at = label, owner, datetime.now(UTC)
+                row.observation_window = window
+            window = row.observation_window
     if payload:
         await ctx.stores.queues.forget_payload(queue=rt.name, task_id=task_id)
     return window
@@ -615,7 +693,8 @@ async def labels(*, ctx: AppContext, name: str, after: int, limit: int) -> Label
             text=r.payload.get("text"),
             record=r.payload.get("record"),
             label=r.label or "",
-            uncertainty=r.uncertainty,
+            # a model-scored queue keeps no model score in SQL (``_store_tasks``)
+            uncertainty=None if rt.uncertainty == "model" else r.uncertainty,
             labelled_at=r.labelled_at or r.released_at,
             labelled_by=r.labelled_by or "",
         )
@@ -742,3 +821,45 @@ async def ledger_parts(*, session: AsyncSession, stream_id: int) -> list[Part]:
             )
         )
     return parts
+
+
+async def model_score_releases(*, session: AsyncSession, stream_id: int) -> list[dict[str, Any]]:
+    """The stream's privacy ledger entry of each ``model``-scored record queue linked to it: a
+    non-DP release. What is kept, and for how long: a released task's uncertainty is the
+    middle of the bucket ⌊10u⌋ of the reference model's score u (one of ten values, never the
+    score itself); it lives in Redis (the pool's ranking, the ``scores`` a lease shows) while
+    the epoch of the model that gave it lasts, and the first release run after the roll that
+    ends that epoch (when the model and the hot rows it was trained on are deleted) turns it
+    into the fallback 0.5 (``forget_model_scores``); SQL and the label export never hold it.
+    What annotators saw, and the pool histogram curators and annotators read, stays with
+    them."""
+    out = []
+    for q in await repository.of_stream(session, stream_id):
+        rt = _runtime(q)
+        if rt.uncertainty != "model":
+            continue
+        out.append(
+            {
+                "kind": f"annotation queue {rt.name} model uncertainty",
+                "dp": False,
+                "guarantee": "non-DP: an exact function of the reference model, bucketed",
+                "epsilon": None,
+                "delta": None,
+                "neighbour": None,
+                "unit": None,
+                "per_user": None,
+                "reveals": "each released record's reference-model uncertainty as the middle "
+                "of its bucket ⌊10u⌋ (one of ten values), a function of the hot rows the model "
+                "was trained on; the pool's histogram of these buckets",
+                "to": ["annotator", "curator", "admin"],
+                "readers": "annotators (the uncertainty of the tasks they lease; the pool "
+                "histogram in the queue's stats), curators and admins (the histogram)",
+                "created": f"at the end of each release period ({rt.release_seconds} s), for "
+                "the tasks it releases, while the stream has a reference model",
+                "lifetime": "the epoch of the model that scored it: the first release run "
+                "after the roll that ends that epoch sets it to the fallback 0.5; never "
+                "stored in SQL nor in label exports",
+                "items": None,
+            }
+        )
+    return out

@@ -66,6 +66,7 @@ class Release:
     task_id: str
     uncertainty: float
     payload: bytes
+    model_epoch: int | None = None  # the reference model's epoch, when it gave the score
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def candidates_call(
 def release_keys(keys: Keys, queue: str, period: int) -> list[str]:
     """KEYS of ``queue_release.lua``."""
     names = ("closed", "periods", "released", "pool", "scores", "tasks", "stats")
-    return [keys.queue(queue, w) for w in names] + period_keys(keys, queue, period)
+    scored = keys.queue(queue, "scored")
+    return [keys.queue(queue, w) for w in names] + period_keys(keys, queue, period) + [scored]
 
 
 class QueueStore:
@@ -154,9 +156,17 @@ class QueueStore:
         entered the pool (a key released before is passed over)."""
         args: list[bytes | str | int] = ["release", str(period), len(tasks)]
         for t in tasks:
-            args += [t.key, t.task_id, repr(float(t.uncertainty)), t.payload]
+            epoch = "" if t.model_epoch is None else str(t.model_epoch)
+            args += [t.key, t.task_id, repr(float(t.uncertainty)), t.payload, epoch]
         out = await self._release(keys=release_keys(self.k, queue, period), args=args)
         return [_s(x) for x in out]
+
+    async def forget_scores(self, *, queue: str, before_epoch: int | None, fallback: float) -> int:
+        """Give every task scored by a reference model of an epoch before ``before_epoch``
+        (every one, when None) the uncertainty ``fallback``; returns how many."""
+        keys = release_keys(self.k, queue, 0)
+        before = "1e300" if before_epoch is None else str(before_epoch)
+        return int(await self._release(keys=keys, args=["forget", before, repr(fallback)]))
 
     async def lease(
         self, *, queue: str, owner: str, n: int, now_ms: int, ttl_ms: int

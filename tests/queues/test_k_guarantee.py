@@ -63,8 +63,8 @@ class Queue:
         ready = [orjson.loads(b) for f, b in held.items() if not f.startswith(b"~")]
         args: list = ["release", str(period), 0]
         for key in sorted({x["key"] for x in ready}):
-            args += [key, key, "0.5", b"{}"]
-        args[2] = (len(args) - 3) // 4
+            args += [key, key, "0.5", b"{}", ""]
+        args[2] = (len(args) - 3) // 5
         return [x.decode() for x in self.rel(keys=ks, args=args)]
 
     def drop(self) -> None:
