@@ -121,14 +121,14 @@ def compose(parts: list[Part], *, delta: float, unit: str) -> Guarantee:
     eps = sum(p.epsilon for p in parts)
     dlt = sum(p.delta for p in parts)
     first = parts[0]
-    who = {"observer": first.observer, "neighbour": first.neighbour, "level": first.level}
+    who = (first.observer, first.neighbour, first.level)
     if any(p.rho is not None and p.delta > 0 for p in parts):
         rho = sum(p.rho if p.rho is not None else p.epsilon**2 / 2 for p in parts)
         eps_z = zcdp_to_approx_dp(rho=rho, delta=delta) if rho > 0 else 0.0
         if eps_z <= eps or dlt > delta:
-            return Guarantee(unit, parts, eps_z, delta, rho, SOURCES["zcdp"], **who)
-        return Guarantee(unit, parts, eps, dlt, rho, SOURCES["basic"], **who)
-    return Guarantee(unit, parts, eps, dlt, None, SOURCES["basic"], **who)
+            return Guarantee(unit, parts, eps_z, delta, rho, SOURCES["zcdp"], *who)
+        return Guarantee(unit, parts, eps, dlt, rho, SOURCES["basic"], *who)
+    return Guarantee(unit, parts, eps, dlt, None, SOURCES["basic"], *who)
 
 
 def table_part(

@@ -3,8 +3,10 @@ that featurize rarely costs a Redis round trip (the pointer's GET was half of a 
 featurize's time in process, issue 17).
 
 Freshness: after a roll in another process, featurize here may answer from the previous epoch
-for at most ``FRESH_SECONDS`` (its aggregate is kept until the roll after next). A roll in this
-process (``moved``) is seen at once. A read that a move overtook is not cached."""
+for at most ``FRESH_SECONDS`` if it holds that epoch's featurizer in memory; the roll deletes
+the previous aggregate from Redis, so a process that has to read it finds it gone and reads the
+pointer again (``service.features.service.featurizer``). A roll in this process (``moved``) is
+seen at once. A read that a move overtook is not cached."""
 
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ async def served(ctx: AppContext, name: str) -> int | None:
     if cache.generation == generation:
         cache.epochs[name] = (time.monotonic(), value)
     return value
+
+
+def cached(ctx: AppContext, name: str) -> int | None:
+    """The epoch this process holds for the stream (fresh or not), None if none."""
+    hit = _cache(ctx).epochs.get(name)
+    return hit[1] if hit is not None else None
 
 
 def moved(ctx: AppContext, name: str, epoch: int | None) -> None:

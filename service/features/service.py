@@ -35,7 +35,27 @@ IPC_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # continuation marker, 
 TRAINSET_PARALLEL = 2  # chunks featurized at once by one train-set download
 
 
+class AggregateGone(Unavailable):
+    """The aggregate of the epoch this process took as served is deleted: the stream rolled
+    and expiry deleted it (``pointer`` caches the epoch for ``FRESH_SECONDS``)."""
+
+
 async def featurizer(*, ctx: AppContext, name: str) -> Featurizer:
+    """The featurizer of the served epoch. If this process's cached pointer is behind and the
+    aggregate it names is deleted already (the roll deletes every aggregate older than the
+    one it serves), the pointer is read again and the current epoch served; a 503 to retry
+    only if the pointer has not moved (the aggregate is missing for another reason)."""
+    try:
+        return await _featurizer(ctx=ctx, name=name)
+    except AggregateGone:
+        fresh = await ctx.stores.windows.served(name)
+        if fresh is None or fresh == pointer.cached(ctx, name):
+            raise
+        pointer.moved(ctx, name, fresh)
+        return await _featurizer(ctx=ctx, name=name)
+
+
+async def _featurizer(*, ctx: AppContext, name: str) -> Featurizer:
     served = await pointer.served(ctx, name)
     stream_rt = await streams.runtime(ctx=ctx, name=name)  # 404 for a stream that does not exist
     if served is None:
@@ -86,7 +106,7 @@ def _loading(ctx: AppContext, name: str, epoch: int) -> asyncio.Task[Featurizer]
 async def _read_and_build(ctx: AppContext, name: str, epoch: int) -> Featurizer:
     agg = await ctx.stores.windows.read_agg(name, epoch)
     if agg is None:
-        raise Unavailable(f"aggregate of epoch {epoch} of {name!r} is missing; retry")
+        raise AggregateGone(f"aggregate of epoch {epoch} of {name!r} is missing; retry")
     rt = (await streams.runtime(ctx=ctx, name=name)).counted_at(epoch)
     return await asyncio.to_thread(Featurizer.build, rt, agg)
 

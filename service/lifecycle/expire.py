@@ -64,7 +64,7 @@ async def expire(
 ) -> dict[str, int]:
     """Delete what left its period: hot data of sealed windows before the hot period, the
     reference models (and their exact statistics) of earlier epochs, the tables of windows
-    past retention, aggregates older than the previous epoch. Hot data of windows not yet
+    past retention, every aggregate older than the served epoch. Hot data of windows not yet
     sealed into the cold store is kept (the seal checkpoint is
     ``stream_window.cold_sealed_at``), so is hot data a pending selection round of the roll
     that closed it has still to read (the round's follow-up expires it when done), and hot
@@ -98,7 +98,10 @@ async def expire(
             await store.delete_tables(rt.name, w.epoch, ids)
             w.state, w.expired_at = "expired", now
             deleted_tables += 1
-    await store.delete_aggs_before(rt.name, epoch - 1, oldest=epoch - 1 - 64)
+    # every aggregate older than the served one: the previous epoch's holds the window whose
+    # tables went at this roll (docs/ARCHITECTURE.md, "Life cycle")
+    served = min(epoch, await store.served(rt.name) or epoch)
+    await store.delete_aggs_before(rt.name, served, oldest=served - 64)
     # an Idempotency-Key is honoured while its window is hot: the window that just left the
     # hot period forgets its keyed batches (keyed fingerprints, responses), sealed or not
     await ctx.stores.ingest.forget(rt.name, range(max(1, hot_lo - 1), hot_lo))

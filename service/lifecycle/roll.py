@@ -79,17 +79,32 @@ async def roll(
 
         await windows.prepare(ctx=ctx, rt=rt, epoch=target, state="open")
         mark("opened")
+        # Before window T takes any count, the window leaving the count period (T − H − R)
+        # must be gone from the tables and from every aggregate: Redis never holds more than
+        # R + H windows, nor what another window could be recovered from.
+        if rt.config.hot_windows >= 2 and not await windows.aggregate_ready(
+            ctx=ctx, rt=rt, epoch=target
+        ):  # the previous roll's follow-up did not build it: the entering window closed a
+            # roll ago, so count it to its end and build the aggregate now, as it would have
+            entering = rt.count_period(target)[1]
+            if entering >= 1:
+                await counting.count_window(ctx=ctx, rt=rt, window=entering)
+            await windows.build_aggregate(ctx=ctx, rt=rt, epoch=target)
+        ahead = await windows.aggregate_ready(ctx=ctx, rt=rt, epoch=target)
+        if ahead:
+            # featurize moves to the new epoch first, then ingest (the old aggregate can go)
+            await store.set_served(name, target)
+            pointer.moved(ctx, name, target)
+            mark("served")
+        else:  # one hot window: serve the old epoch without the leaving window meanwhile
+            await windows.trim_aggregate(ctx=ctx, rt=rt, epoch=target)
+            mark("trimmed")
+        await windows.drop_leaving(ctx=ctx, rt=rt, epoch=target)
+        mark("dropped")
         await store.set_epoch(name, target)
         mark("pointed")
         await store.set_state(name, previous, "closed")
         mark("closed")
-        ahead = await windows.aggregate_ready(ctx=ctx, rt=rt, epoch=target)
-        if ahead:
-            # built ahead by the previous roll's follow-up (hot_windows ≥ 2): featurize moves
-            # to the new epoch now, with ingest, not after the closed window is counted
-            await store.set_served(name, target)
-            pointer.moved(ctx, name, target)
-            mark("served")
         await count_closed(ctx=ctx, rt=rt, epoch=target, entering_only=ahead)
         mark("counted")
         await windows.update_aggregate(ctx=ctx, rt=rt, epoch=target)

@@ -47,6 +47,7 @@ class WindowStore:
         self.k = keys
         self._prepare = redis.register_script(source("prepare"))
         self._move = redis.register_script(source("move"))
+        self._move_agg = redis.register_script(source("move_agg"))
 
     # -- window tables ---------------------------------------------------------------
     async def state(self, s: str, w: int) -> str | None:
@@ -166,26 +167,54 @@ class WindowStore:
         meta = await self.r.hget(self.k.agg(s, epoch), "meta")
         return Aggregate.span_of(cast(bytes, meta)) if meta is not None else None
 
-    async def write_agg(self, s: str, agg: Aggregate) -> None:
+    def agg_stages(self, s: str) -> str:
+        """The set of the stream's aggregate staging keys being written (``write_agg``), so
+        that expiry finds and deletes those of epochs it expires."""
+        return f"{self.k.agg(s, 0).rsplit(':', 1)[0]}-stages"
+
+    async def write_agg(self, s: str, agg: Aggregate) -> bool:
         """Store (or replace) the aggregate of its epoch: its pieces are written to a staging
         key one command each, then moved into place by RENAME, O(1) (no command moves the
-        whole aggregate, and readers see the old version or the new one whole)."""
+        whole aggregate, and readers see the old version or the new one whole). The staging
+        key is listed in ``agg_stages`` while it exists. Never lands once the stream serves a
+        later epoch (``move_agg.lua``: such an aggregate may hold a window expiry deleted);
+        False then."""
         token = secrets.token_hex(8)
         key = self.k.agg(s, agg.epoch)
         stage = f"{key}:stage:{token}"
+        stages = self.agg_stages(s)
         try:
+            await self.r.sadd(stages, stage)
             for field, value in agg.to_redis(token).items():
                 await self.r.hset(stage, field, value)
                 await self.r.expire(stage, STAGE_TTL_SECONDS)
-            await self._move(keys=[stage, key])
+            moved = await self._move_agg(
+                keys=[stage, key, self.k.served(s), stages], args=[agg.epoch]
+            )
+            return bool(moved)
         except BaseException:
-            await asyncio.shield(self.r.delete(stage))
+            await asyncio.shield(self._drop_stage(stages, stage))
             raise
 
+    async def _drop_stage(self, stages: str, stage: str) -> None:
+        await self.r.delete(stage)
+        await self.r.srem(stages, stage)
+
     async def delete_aggs_before(self, s: str, epoch: int, *, oldest: int) -> None:
+        """Delete the aggregates of epochs ``oldest`` … ``epoch`` − 1 and every staging key of
+        an aggregate of an epoch before ``epoch`` (a writer's, or one a crash left)."""
         keys = [self.k.agg(s, e) for e in range(max(oldest, 1), epoch)]
+        stages = self.agg_stages(s)
+        for raw in cast(set[bytes], await self.r.smembers(stages)):
+            stage = raw.decode()
+            if int(stage.rsplit(":stage:", 1)[0].rsplit(":", 1)[1]) < epoch:
+                keys.append(stage)
+                await self.r.srem(stages, stage)
         if keys:
             await self.r.unlink(*keys)
+
+    async def delete_agg(self, s: str, epoch: int) -> None:
+        await self.r.unlink(self.k.agg(s, epoch))
 
     # -- hot stream ---------------------------------------------------------------------
     async def hot_last_id(self, s: str, w: int) -> bytes | None:

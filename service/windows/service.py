@@ -138,6 +138,50 @@ async def build_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> 
     return True
 
 
+async def trim_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> None:
+    """Take out of the served aggregate of ``epoch`` − 1 the windows that leave the count
+    period at the roll to ``epoch`` (window ``epoch`` − H − R), so that their tables can be
+    deleted before window ``epoch`` takes counts while featurize goes on serving ``epoch`` − 1
+    (over one window fewer) until the roll serves ``epoch``: the roll's way when the
+    aggregate of ``epoch`` cannot be built first (one hot window: the window entering the
+    count period is the one the roll closes). A no-op once trimmed; if a leaving window's
+    tables are gone already, the aggregate is deleted instead (nothing could subtract them;
+    featurize answers 503 until the roll serves ``epoch``)."""
+    store = ctx.stores.windows
+    prev = await store.read_agg(rt.name, epoch - 1)
+    lo = rt.count_period(epoch)[0]
+    if prev is None or all(w >= lo for w in prev.windows):
+        return
+    cells = prev.cells.copy()
+    ids = [tid for tid, _ in prev.layout]
+    for w in (w for w in prev.windows if w < lo):
+        leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells)
+        if leaving is None or leaving.size != cells.size:
+            await store.delete_agg(rt.name, epoch - 1)
+            return
+        cells -= leaving
+    kept = [w for w in prev.windows if w >= lo]
+    await store.write_agg(
+        rt.name, Aggregate(prev.epoch, prev.lo, prev.hi, kept, prev.layout, cells)
+    )
+
+
+async def drop_leaving(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> None:
+    """Before window ``epoch`` takes counts (the roll to ``epoch``): delete the tables of the
+    window that leaves the count period (``epoch`` − H − R) and every aggregate older than
+    the served one, so that Redis never holds more than R + H windows' tables, nor anything
+    from which another window could be recovered (docs/ARCHITECTURE.md, "Life cycle"). The
+    caller has moved ``served`` to ``epoch`` or trimmed the aggregate of ``epoch`` − 1
+    (``trim_aggregate``)."""
+    store = ctx.stores.windows
+    served = await store.served(rt.name)
+    leaving = rt.count_period(epoch)[0] - 1
+    if served is not None:
+        await store.delete_aggs_before(rt.name, served, oldest=served - 64)
+    if leaving >= 1:
+        await store.delete_tables(rt.name, leaving, [t.id for t in rt.tables])
+
+
 async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
     """Ahead of the roll to ``epoch`` + 1 (a follow-up of the roll to ``epoch``): build the
     aggregate that roll will serve, so that the roll itself only moves the ``served`` pointer.
@@ -153,8 +197,8 @@ async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
     store = ctx.stores.windows
     if await store.epoch(rt.name) != epoch:
         return False
-    # If the stream rolls on meanwhile, that roll builds (or finds) the same aggregate, and an
-    # aggregate written late is dropped by a later roll's expiry (``delete_aggs_before``).
+    # If the stream rolls on meanwhile, that roll builds (or finds) the same aggregate; one
+    # written after the stream serves a later epoch never lands (``WindowStore.write_agg``).
     return await build_aggregate(ctx=ctx, rt=rt, epoch=epoch + 1)
 
 
