@@ -60,7 +60,7 @@ class IngestStore:
             self.k.hot(stream, window),
             self.k.idem(stream, window, legacy_token or "-"),
         ]
-        args = [token or "", fingerprint.encode() + response, *rows]
+        args: list[str | bytes] = [token or "", fingerprint.encode() + response, *rows]
         res = await self._ingest(keys=keys, args=args)
         status = status_of(res)
         if status == "dup":
