@@ -264,8 +264,13 @@ def test_streams_page_shows_windows_tables_models_quality_and_the_ledger(
     for unit in ("observation", "user"):
         g = ledger[unit]
         block = page.locator(f"#ledger [data-unit='{unit}']")
-        expect(block).to_contain_text(f"Per {unit}: (ε = {_num(g['epsilon'])}")
-        expect(block).to_contain_text("differential privacy")
+        if unit == "user":  # a record queue is linked: a user may submit any number of records
+            assert g["epsilon"] is None and g["unbounded"]
+            expect(block).to_contain_text("Per user against a one-time compromise: no bound (")
+            expect(block).to_contain_text(g["unbounded"][0])
+        else:
+            expect(block).to_contain_text(f"Per {unit}: (ε = {_num(g['epsilon'])}")
+            expect(block).to_contain_text("differential privacy")
         expect(block.locator("tbody tr")).to_have_count(len(g["parts"]))
         expect(block).to_contain_text("count tables")
         expect(block).to_contain_text("selection of tables")
@@ -274,8 +279,17 @@ def test_streams_page_shows_windows_tables_models_quality_and_the_ledger(
         "annotation queue review"
     )
     # a user's observations compose over the retention and hot windows: a weaker guarantee
-    assert ledger["user"]["epsilon"] > ledger["observation"]["epsilon"]
+    tables_user = next(p for p in ledger["user"]["parts"] if p["name"] == "count_tables")
+    assert tables_user["epsilon"] > ledger["observation"]["parts"][0]["epsilon"]
     expect(page.locator("#ledger")).to_contain_text("The per-window budget across the tables")
+    # every release kind, DP or not, in one table; and the continual observer's figure
+    releases = page.locator("#ledger [data-ledger='releases'] tbody tr")
+    expect(releases).to_have_count(len(ledger["releases"]))
+    for r in ledger["releases"]:
+        expect(page.locator("#ledger [data-ledger='releases']")).to_contain_text(r["kind"])
+    expect(page.locator("#ledger [data-unit='user_continual']")).to_contain_text(
+        "no lifetime bound"
+    )
     expect(page.locator("#reident")).to_have_text("No re-identification audit yet.")
     chromium.shot(page, "console-streams")
 

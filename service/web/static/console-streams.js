@@ -251,16 +251,26 @@ function partName(n) {
 
 function eps(x) { return x === null || x === undefined ? "∞ (no guarantee)" : Console.num(x, 4); }
 
+// the ledger's observer is a sentence; its first words name it
+function observerWords(o) {
+  if (!o) return "";
+  const head = o.split(":")[0];
+  return head === "both" ? "a one-time compromise and a continual observer" : "a " + head;
+}
+
 function guaranteeWords(g, unit) {
+  const against = g.observer ? " against " + observerWords(g.observer) : "";
   if (g.epsilon === null || g.epsilon === undefined) {
-    return "Per " + unit + ": no differential-privacy guarantee (a part has ε = ∞, e.g. the " +
-      "mechanism 'none').";
+    const why = (g.unbounded || []).length ? g.unbounded.join("; ") :
+      "a part has ε = ∞, e.g. the mechanism 'none'";
+    return "Per " + unit + against + ": no bound (" + why + ").";
   }
   const factor = Math.exp(g.epsilon);
   return "Per " + unit + ": (ε = " + Console.num(g.epsilon, 4) + ", δ = " + Console.num(g.delta) +
-    ")-differential privacy over the stream's whole life. Whatever else an attacker knows, " +
-    "one " + unit + "'s data changes the probability of anything the service releases by at " +
-    "most a factor e^ε = " + (factor > 1e6 ? factor.toExponential(2) : factor.toFixed(2)) +
+    ")-differential privacy" + against + (g.neighbour ? " (neighbours: " + g.neighbour + ")" : "") +
+    ". Whatever else an attacker knows, one " + unit + "'s data changes the probability of " +
+    "anything in scope by at most a factor e^ε = " +
+    (factor > 1e6 ? factor.toExponential(2) : factor.toFixed(2)) +
     (g.delta > 0 ? ", except with probability δ" : "") + ".";
 }
 
@@ -268,6 +278,7 @@ function unitBlock(g, unit) {
   const box = Sel.el("div", undefined, "card");
   box.dataset.unit = unit;
   box.appendChild(Sel.el("p", guaranteeWords(g, unit), "big"));
+  if (g.covers) box.appendChild(Sel.el("p", "Covers " + g.covers + ".", "muted"));
   box.appendChild(Sel.el("p", "Composition: " + g.composition +
     (g.rho !== null && g.rho !== undefined ? "; ρ = " + Console.num(g.rho, 4) + " (zCDP)" : ""),
     "muted"));
@@ -294,6 +305,17 @@ function renderLedger(led) {
   out.appendChild(unitBlock(led.observation, "observation"));
   if (led.user) {
     out.appendChild(unitBlock(led.user, "user"));
+    if (led.user_continual) {
+      const c = led.user_continual;
+      const box = Sel.el("div", undefined, "card");
+      box.dataset.unit = "user_continual";
+      box.appendChild(Sel.el("p", "Per user, against a continual observer: ε = " +
+        Console.num(c.epsilon_per_active_window, 4) + " per window the user is active in, " +
+        "plus " + Console.num(c.epsilon_selection_total, 4) + " for the selection rounds; " +
+        "no lifetime bound.", "big"));
+      if (c.formula) box.appendChild(Sel.el("p", c.formula, "muted"));
+      out.appendChild(box);
+    }
   } else {
     const p = Sel.el("p", "Per user: no guarantee is computed — the stream has no user key, " +
       "so a user with many observations is protected only per observation.");
@@ -310,6 +332,17 @@ function renderLedger(led) {
         (100 * b.share).toFixed(1) + " %", Console.num(b.epsilon, 4), Console.num(b.rho, 4),
         Console.num(b.noise_scale)]),
     ));
+  }
+  if ((led.releases || []).length) {
+    out.appendChild(Sel.el("h3", "Every release of this stream"));
+    const releases = Console.table(
+      ["Release", "Guarantee", ["ε", "num"], ["δ", "num"], "Neighbours", "Read by", "Lifetime"],
+      led.releases.map((r) => [r.kind, r.guarantee, r.dp ? eps(r.epsilon) : "—",
+        r.dp ? Console.num(r.delta) : "—", r.neighbour || "—", r.readers || "", r.lifetime || ""]),
+      "each kind of release, differentially private or not, with whom it protects and for how long",
+    );
+    releases.dataset.ledger = "releases";
+    out.appendChild(releases);
   }
   const notes = Sel.el("ul", undefined, "muted");
   for (const n of led.notes || []) notes.appendChild(Sel.el("li", n));
