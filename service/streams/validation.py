@@ -28,7 +28,8 @@ def check_rows(
             if kind == "numeric":
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise ValidationError(
-                        f"{where}[{i}].{name}: numeric feature needs a number, got {value!r:.40}"
+                        f"{where}[{i}].{name}: numeric feature needs a number, got a "
+                        f"{type(value).__name__} (errors never repeat a row's value)"
                     )
                 if not math.isfinite(value):
                     raise ValidationError(f"{where}[{i}].{name}: must be finite")
