@@ -50,8 +50,10 @@ REQUESTS = Counter("selectivity_requests_total", "HTTP requests", ["route", "sta
 LATENCY = Histogram("selectivity_request_seconds", "HTTP request latency", ["route"])
 
 
-def _error(status: int, kind: str, detail: str) -> JSONResponse:
-    return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+def _error(
+    status: int, kind: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
 
 
 def _loc(loc: tuple) -> str:
@@ -183,7 +185,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return _error(exc.status_code, type(exc).__name__, exc.detail)
+        return _error(exc.status_code, type(exc).__name__, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -14,6 +14,8 @@ class ErrorBody(BaseModel):
 
 class ServiceError(Exception):
     status_code: ClassVar[int] = 400
+    headers: dict[str, str] | None = None
+    """Response headers the handler adds (e.g. ``Retry-After``)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -50,6 +52,17 @@ class UnsupportedMediaType(ServiceError):
 
 class ValidationError(ServiceError):
     status_code = 422
+
+
+class TooManyRequests(ServiceError):
+    """429 with ``Retry-After``: a limit on how much one key, or everyone, may ask for at once."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = max(1, int(retry_after))
+        self.headers = {"Retry-After": str(self.retry_after)}
 
 
 class Unavailable(ServiceError):
