@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -164,6 +164,10 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         if settings.run_worker_in_process:
             own.executor = make_process_pool()
             worker = asyncio.create_task(runner.run_in_process(own))
+        if settings.metrics_token is not None:  # cancelled by resources.close
+            own.caches.background["metrics"] = asyncio.create_task(
+                operator_metrics.refresh_forever(own)
+            )
         try:
             yield
         finally:
@@ -252,11 +256,10 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
-        try:
-            await operator_metrics.collect(request.app.state.ctx)
-        except Exception as exc:  # the request metrics are still worth serving
-            log.warning("metrics: the operator gauges failed: %s", type(exc).__name__)
-        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        """For operators (the metrics token); the gauges as the background refresh left them."""
+        c: AppContext = request.app.state.ctx
+        operator_metrics.authorize(c.settings, request.headers.get("authorization"))
+        return PlainTextResponse(operator_metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(Metrics)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

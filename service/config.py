@@ -12,12 +12,52 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Per-key rate limits by endpoint class (which endpoint is in which class:
+# ``service.api.ratelimit.CLASSES``): "<requests>/<seconds>", a token bucket holding <requests>
+# that refills at <requests> per <seconds>; generous enough for the benchmarks' single client.
+RATE_LIMITS: dict[str, tuple[int, float] | None] = {
+    "ingest": (200, 1.0),  # observation batches (each up to MAX_BATCH rows)
+    "serve": (2000, 1.0),  # featurize, predict
+    "export": (50, 1.0),  # train sets, label exports, cold-store exports, release results
+    "queue": (500, 1.0),  # candidates, leases, labels, skips, heartbeats
+    "compute": (30, 60.0),  # privacy calculators and ledgers, plan, audit log verification
+    "jobs": (30, 60.0),  # k-anonymised releases, iML sessions, re-identification audits
+    "manage": (600, 60.0),  # streams, queues, keys, models, rolls, unlock requests
+}
+
+
+def parse_rate_limits(text: str) -> dict[str, tuple[int, float] | None]:
+    """``"compute=10/60,serve=off"`` → ``{"compute": (10, 60.0), "serve": None}``; a
+    ``ValueError`` naming the entry and the setting otherwise."""
+    out: dict[str, tuple[int, float] | None] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, _, value = entry.partition("=")
+        name, value = name.strip(), value.strip()
+        if name not in RATE_LIMITS:
+            raise ValueError(
+                f"RATE_LIMITS: unknown class {name[:40]!r} (classes: {', '.join(RATE_LIMITS)})"
+            )
+        if value == "off":
+            out[name] = None
+            continue
+        m = re.fullmatch(r"([0-9]{1,9})/([0-9]{1,7}(?:\.[0-9]{1,6})?)", value)
+        if m is None or int(m[1]) < 1 or float(m[2]) <= 0:
+            raise ValueError(
+                f"RATE_LIMITS: {name}={value[:40]!r} must be <requests>/<seconds> "
+                "(requests ≥ 1, seconds > 0) or off"
+            )
+        out[name] = (int(m[1]), float(m[2]))
+    return out
+
 
 class Settings(BaseSettings):
     # An empty variable means unset (compose passes
     # `SELECTIVITY_ADMIN_KEY: ${SELECTIVITY_ADMIN_KEY:-}` as "" when the operator did not set it).
     model_config = SettingsConfigDict(
-        env_prefix="SELECTIVITY_", extra="ignore", env_ignore_empty=True
+        env_prefix="SELECTIVITY_",
+        extra="ignore",
+        env_ignore_empty=True,
+        hide_input_in_errors=True,  # an error never repeats a token or key it refused
     )
 
     env: Literal["development", "production"] = "development"
@@ -36,6 +76,18 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=10_000, ge=1)
     max_string_length: int = Field(default=256, ge=8)
     max_features: int = Field(default=256, ge=1)
+    # Per-key rate limits (service/api/ratelimit.py, README "Quotas"): comma-separated
+    # "<class>=<requests>/<seconds>" or "<class>=off" over RATE_LIMITS above, e.g.
+    # "compute=10/60,serve=off"; an empty bucket answers 429 with Retry-After.
+    rate_limits: str = Field(default="", max_length=1000)
+    # How many streams, and annotation queues, one API key may create (403 past it).
+    max_streams_per_key: int = Field(default=100, ge=1, le=1_000_000)
+    max_queues_per_key: int = Field(default=100, ge=1, le=1_000_000)
+    # /metrics answers only `Authorization: Bearer <this token>` (at least 32 characters, e.g.
+    # `openssl rand -hex 32`); unset, it answers 404. Its gauges are refreshed in the
+    # background every METRICS_REFRESH_SECONDS, never computed by a scrape.
+    metrics_token: SecretStr | None = None
+    metrics_refresh_seconds: float = Field(default=15.0, ge=1.0, le=3600.0)
 
     # Worker cadence: how often the scheduler looks for due rolls.
     scheduler_seconds: float = Field(default=5.0, gt=0)
@@ -118,6 +170,30 @@ class Settings(BaseSettings):
                 )
             return SecretStr(raw)
         return v
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            raw = v.get_secret_value().strip()
+            if len(raw) < 32 or not raw.isascii() or any(c.isspace() for c in raw):
+                raise ValueError(
+                    "SELECTIVITY_METRICS_TOKEN must be at least 32 ASCII characters without "
+                    "spaces, e.g. from `openssl rand -hex 32`"
+                )
+            return SecretStr(raw)
+        return v
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limits(cls, v: str) -> str:
+        parse_rate_limits(v)
+        return v
+
+    @cached_property
+    def rate_limit_table(self) -> dict[str, tuple[int, float] | None]:
+        """Class → (requests, seconds), or None where the class is not limited."""
+        return {**RATE_LIMITS, **parse_rate_limits(self.rate_limits)}
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:

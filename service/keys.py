@@ -77,3 +77,10 @@ class Keys:
     def anonymization(self, a: str, what: str) -> str:
         """``what``: meta (a hash), input (inline rows while the job needs them), result."""
         return f"{self.prefix}:{{an:{a}}}:{what}"
+
+    # per API key (service.stores.quotas): a token bucket per endpoint class, a counter per kind
+    def rate(self, key_id: str, cls: str) -> str:
+        return f"{self.prefix}:{{rate:{key_id}}}:{cls}"
+
+    def quota(self, key_id: str, kind: str) -> str:
+        return f"{self.prefix}:{{quota:{key_id}}}:{kind}"

@@ -1,25 +1,40 @@
-"""What an operator alerts on (issue 16 part 3): the gauges follow the state they describe
-through ingest, counting, a roll and the seal, and every metric the alert rules and the
-dashboard in deploy/ use is one the service exports."""
+"""What an operator alerts on: the gauges follow the state they describe through ingest,
+counting, a roll and the seal; every metric the alert rules and the dashboard in deploy/ use
+is one the service exports; /metrics answers only the metrics token, from gauges a background
+refresh computed (a scrape computes nothing), and shows no count of raw observations."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import secrets
 from pathlib import Path
 
 import pytest
 import yaml
 
+from service.api import metrics as operator_metrics
 from service.coldstore import service as coldstore
+from service.config import Settings
 from service.counting import service as counting
 from service.lifecycle import roll as lifecycle_roll
+from service.queues import service as queues_service
 from tests.conftest import Api, Jobs, unique
 from tests.helpers import obs, stream_body
 from workers import jobs as worker_jobs
 from workers.jobs import JOB_FAILURES
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+TOKEN = secrets.token_hex(32)
+
+
+@pytest.fixture
+def metrics_on(api: Api, monkeypatch: pytest.MonkeyPatch) -> Api:
+    """``api`` with SELECTIVITY_METRICS_TOKEN set to ``TOKEN``."""
+    over = {**api.ctx.settings.model_dump(), "metrics_token": TOKEN}
+    monkeypatch.setattr(api.ctx, "settings", Settings(**over))
+    return api
 
 
 def _value(text: str, metric: str, **labels: str) -> float | None:
@@ -33,13 +48,50 @@ def _value(text: str, metric: str, **labels: str) -> float | None:
     return None
 
 
-async def _scrape(api: Api) -> str:
-    r = await api.client.get("/metrics")
-    assert r.status_code == 200
+async def _scrape(api: Api, *, refresh: bool = True) -> str:
+    """The gauges after a refresh (the API's lifespan runs it in the background; tests own
+    their context, so they run it here), as Prometheus scrapes them."""
+    if refresh:
+        await operator_metrics.refresh(api.ctx)
+    r = await api.client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
     return r.text
 
 
-async def test_gauges_follow_counting_the_roll_and_the_seal(api: Api, jobs: Jobs) -> None:
+async def test_metrics_answer_only_the_metrics_token(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = await api.client.get("/metrics")  # no token set: off
+    assert r.status_code == 404 and "SELECTIVITY_METRICS_TOKEN" in r.json()["detail"]
+    r = await api.get("/metrics")  # not even for an admin key
+    assert r.status_code == 404
+
+    over = {**api.ctx.settings.model_dump(), "metrics_token": TOKEN}
+    monkeypatch.setattr(api.ctx, "settings", Settings(**over))
+    for headers in (
+        {},
+        api.auth("admin"),
+        {"Authorization": f"Bearer {TOKEN[:-1]}x"},
+        {"Authorization": TOKEN},
+        {"Authorization": "Bearer ²".encode("latin-1")},
+    ):
+        r = await api.client.get("/metrics", headers=headers)
+        assert r.status_code == 401, headers
+        assert r.json()["error"] == "MetricsUnauthorized"
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        assert "selectivity_" not in r.text
+    r = await api.client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200 and "selectivity_requests_total" in r.text
+
+
+def test_a_short_metrics_token_is_refused() -> None:
+    with pytest.raises(ValueError, match="SELECTIVITY_METRICS_TOKEN must be at least 32") as e:
+        Settings(metrics_token="tooshort-secret")
+    assert "tooshort-secret" not in str(e.value)  # the refused token is not repeated
+
+
+async def test_gauges_follow_counting_the_roll_and_the_seal(metrics_on: Api, jobs: Jobs) -> None:
+    api = metrics_on
     name = unique("met")
     body = stream_body(name, privacy={"mechanism": "laplace", "epsilon": 0.5})
     assert (await api.post("/v1/streams", json=body)).status_code == 201
@@ -50,7 +102,6 @@ async def test_gauges_follow_counting_the_roll_and_the_seal(api: Api, jobs: Jobs
     assert r.status_code == 202
 
     text = await _scrape(api)
-    assert _value(text, "selectivity_counting_lag_rows", stream=name) == 7
     assert (_value(text, "selectivity_counting_lag_seconds", stream=name) or 0) >= 0
     assert _value(text, "selectivity_stream_epoch", stream=name) == 1
     assert _value(text, "selectivity_privacy_epsilon", stream=name) == 0.5
@@ -60,7 +111,6 @@ async def test_gauges_follow_counting_the_roll_and_the_seal(api: Api, jobs: Jobs
     assert rt == 1
     await counting.count_all(api.ctx)
     text = await _scrape(api)
-    assert _value(text, "selectivity_counting_lag_rows", stream=name) == 0
     assert _value(text, "selectivity_counting_lag_seconds", stream=name) == 0
 
     # the roll closes window 1, which leaves the hot period (H = 1) but is not sealed yet:
@@ -68,7 +118,6 @@ async def test_gauges_follow_counting_the_roll_and_the_seal(api: Api, jobs: Jobs
     assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
     text = await _scrape(api)
     assert _value(text, "selectivity_seal_backlog_windows", stream=name) == 1
-    assert _value(text, "selectivity_seal_backlog_rows", stream=name) == 7
     assert _value(text, "selectivity_hot_past_deadline_windows", stream=name) == 1
     assert _value(text, "selectivity_stream_epoch", stream=name) == 2
     assert (_value(text, "selectivity_roll_seconds_count") or 0) >= 1
@@ -82,11 +131,106 @@ async def test_gauges_follow_counting_the_roll_and_the_seal(api: Api, jobs: Jobs
     assert _value(text, "selectivity_seal_backlog_windows", stream=name) == 0
     assert _value(text, "selectivity_hot_past_deadline_windows", stream=name) == 0
     assert _value(text, "selectivity_hot_past_deadline_seconds", stream=name) == 0
-    assert _value(text, "selectivity_metrics_scrape_errors") == 0
+    assert _value(text, "selectivity_metrics_refresh_errors") == 0
     assert _value(text, "selectivity_unlock_requests", status="pending") is not None
+    assert 0 <= (_value(text, "selectivity_metrics_age_seconds") or -1) < 60
 
 
-async def test_queue_gauges(api: Api) -> None:
+def _values_of(text: str, name: str) -> list[float]:
+    """The values of every series labelled with stream or queue ``name``."""
+    return [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if not line.startswith("#") and f'"{name}"' in line
+    ]
+
+
+async def test_no_count_of_raw_observations(metrics_on: Api) -> None:
+    """37 rows accepted, then closed and waiting for the seal: no series of the stream says
+    37 (the rows waiting to be counted, and the hot rows waiting for the seal, were exported
+    exactly)."""
+    api = metrics_on
+    name = unique("beta")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    rows = [obs(f"u{i}", f"i{i % 5}", 30, str(i % 2)) for i in range(37)]
+    r = await api.post(
+        f"/v1/streams/{name}/observations", role="producer", json={"observations": rows}
+    )
+    assert r.status_code == 202
+    text = await _scrape(api)
+    values = _values_of(text, name)
+    assert values and 37 not in values, text
+    assert "lag_rows" not in text and "backlog_rows" not in text
+
+    await counting.count_all(api.ctx)
+    assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2  # 37 hot rows await the seal
+    text = await _scrape(api)
+    assert _value(text, "selectivity_seal_backlog_windows", stream=name) == 1
+    assert 37 not in _values_of(text, name), text
+
+
+async def test_a_scrape_computes_nothing(metrics_on: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With record queues on a stream, a scrape answers from the last refresh: it computes no
+    ledger and no queue δ, however many queues there are."""
+    api = metrics_on
+    await api.add_keys(curator="curator")
+    name = unique("led")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    queues = [unique("rq") for _ in range(6)]
+    for q in queues:
+        body = {
+            "name": q,
+            "beta": 0.5,
+            "k": 5,
+            "payload_kind": "record",
+            "stream": name,
+            "accept_delta_above_ceiling": True,
+        }
+        r = await api.post("/v1/queues", "curator", json=body)
+        assert r.status_code == 201, r.text
+    await operator_metrics.refresh(api.ctx)
+
+    calls: list[str] = []
+
+    def counted(fn, what: str):  # type: ignore[no-untyped-def]
+        def wrapper(*a, **kw):  # type: ignore[no-untyped-def]
+            calls.append(what)
+            return fn(*a, **kw)
+
+        return wrapper
+
+    monkeypatch.setattr(queues_service.kanon, "delta", counted(queues_service.kanon.delta, "delta"))
+    monkeypatch.setattr(operator_metrics, "ledger", counted(operator_metrics.ledger, "ledger"))
+    for _ in range(5):
+        text = await _scrape(api, refresh=False)
+        for q in queues:
+            assert _value(text, "selectivity_queue_tasks", queue=q, state="in_pool") == 0
+        assert _value(text, "selectivity_privacy_delta", stream=name) is not None
+    assert calls == []
+    await operator_metrics.refresh(api.ctx)  # the background refresh is where they run
+    assert "ledger" in calls
+
+
+async def test_the_background_refresh_keeps_the_gauges_fresh(metrics_on: Api) -> None:
+    api = metrics_on
+    name = unique("bg")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    task = asyncio.create_task(operator_metrics.refresh_forever(api.ctx))
+    try:
+        for _ in range(200):  # the first refresh starts at once
+            text = await _scrape(api, refresh=False)
+            if _value(text, "selectivity_stream_epoch", stream=name) == 1:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the background refresh never published the stream")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_queue_gauges(metrics_on: Api) -> None:
+    api = metrics_on
     queue = unique("q")
     r = await api.post(
         "/v1/queues", json={"name": queue, "beta": 0.1, "k": 20, "labels": ["a", "b"]}
@@ -104,8 +248,8 @@ def _used_metrics() -> set[str]:
     return {m for e in exprs for m in re.findall(r"\bselectivity_[a-z_]+", e)}
 
 
-async def test_rules_and_dashboard_use_only_exported_metrics(api: Api) -> None:
-    text = await _scrape(api)
+async def test_rules_and_dashboard_use_only_exported_metrics(metrics_on: Api) -> None:
+    text = await _scrape(metrics_on)
     families = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     used = _used_metrics()
     assert len(used) >= 12
@@ -117,7 +261,16 @@ async def test_rules_and_dashboard_use_only_exported_metrics(api: Api) -> None:
     assert not missing, f"used by deploy/ but not exported: {sorted(missing)}"
 
 
-async def test_a_failing_job_is_counted(api: Api) -> None:
+def test_the_prometheus_example_scrapes_with_the_token() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["metrics_path"] == "/metrics"]
+    assert job["authorization"]["type"] == "Bearer"
+    assert job["authorization"]["credentials_file"]
+    assert "alerts.yml" in " ".join(config["rule_files"])
+
+
+async def test_a_failing_job_is_counted(metrics_on: Api) -> None:
+    api = metrics_on
     before = JOB_FAILURES.labels("ingest_count")._value.get()
     with pytest.raises(KeyError):  # a worker context without the app: the job raises
         await worker_jobs.ingest_count({})

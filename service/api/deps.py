@@ -18,6 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.admin.service import Principal, authenticate
+from service.api import ratelimit
 from service.context import AppContext
 from service.errors import Forbidden, UnsupportedMediaType
 
@@ -43,15 +44,28 @@ class JsonRoute(APIRoute):
         handler = super().get_route_handler()
         needs_key = _needs_key(self.dependant)
         takes_body = self.body_field is not None
+        # per-key rate limit and creation cap (service.api.ratelimit), after the key, before
+        # the body
+        limit = ratelimit.class_of(self.methods, self.path) if needs_key else None
+        cap = ratelimit.cap_of(self.methods, self.path) if needs_key else None
+        if limit is not None:
+            self.responses = {**self.responses, 429: ratelimit.RESPONSE_429}
 
         async def handle(request: Request) -> Response:
+            ctx = request.app.state.ctx
             if needs_key:
-                request.state.principal = await authenticate(
-                    ctx=request.app.state.ctx, authorization=request.headers.get("authorization")
+                principal = await authenticate(
+                    ctx=ctx, authorization=request.headers.get("authorization")
                 )
+                request.state.principal = principal
+                if limit is not None:
+                    await ratelimit.take(ctx, principal, limit)
             if takes_body:
                 _check_json(request.headers.get("content-type"))
-            return await handler(_OrjsonRequest(request.scope, request.receive))
+            req = _OrjsonRequest(request.scope, request.receive)
+            if cap is None:
+                return await handler(req)
+            return await ratelimit.within_cap(ctx, principal, cap, lambda: handler(req))
 
         return handle
 

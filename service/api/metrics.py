@@ -1,53 +1,57 @@
-"""What an operator alerts on, computed when ``/metrics`` is scraped (issue 16 part 3; the
-alert rules and dashboard in ``deploy/`` use only these and the request metrics).
+"""What an operator alerts on, for ``/metrics`` (the alert rules and dashboard in ``deploy/`` use
+only these and the request metrics).
 
-Gauges are read from SQL and Redis at each scrape (a few queries per stream; scrape every 15 s
-or more), so they are true whichever process did the work. Each family is cleared first, so a
-stream or queue that is gone leaves no stale series. Counters and histograms that belong to the
-work itself live beside it: the roll's duration (``service.lifecycle.roll.ROLL_SECONDS``) and
-job failures (``workers.runner`` counts them in the worker process, which serves them on its
-own ``/metrics`` only if it is in the API process, as in embedded mode).
+``/metrics`` is for operators only: it answers a bearer token set by
+``SELECTIVITY_METRICS_TOKEN`` (Prometheus's ``authorization`` scrape option,
+``deploy/prometheus/prometheus.yml``), 401 to anyone else, and 404 when no token is set. A
+scrape only writes out the gauges as they are (milliseconds, whatever the number of streams
+and queues); ``refresh_forever`` recomputes them in the background of each API process every
+``SELECTIVITY_METRICS_REFRESH_SECONDS``, one refresh at a time, the privacy ledgers' maths in a
+worker thread. Each refresh reads everything first and only then replaces the gauges, in one
+step with no await in it, so a scrape never sees half of a refresh; a stream or queue that is
+gone leaves no stale series. Counters and histograms that belong to the work itself live
+beside it: the roll's duration (``service.lifecycle.roll.ROLL_SECONDS``) and job failures
+(``workers.runner`` counts them in the worker process, which serves them on its own
+``/metrics`` only if it is in the API process, as in embedded mode).
 
-No metric carries raw data: labels are stream and queue names, states and parts of the ledger;
-values are counts, ages and ε."""
+No value is a count of raw observations: labels are stream and queue names, states and parts
+of the ledger; values are window counts, ages, epochs, ε and δ, break-glass requests, and the
+annotation queue counters the queue's own stats already show its curators and annotators. How
+many rows wait to be counted or sealed is not exported (an exact function of what was
+ingested); the counting lag is the age of the oldest uncounted row, in whole seconds."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import Gauge
+from prometheus_client import Gauge, generate_latest
 from sqlalchemy import func, select
 
+from service.config import Settings
 from service.context import AppContext
 from service.core.streamconfig import StreamCreate
 from service.db.models import AnnotationQueue, Stream, UnlockRequest, Window
+from service.errors import NotFound, Unauthorized
 from service.privacy.service import ledger
 from service.queues.service import ledger_parts as queue_ledger_parts
 
 log = logging.getLogger("selectivity")
 
-LAG_ROWS_CAP = 100_000  # the uncounted rows are counted up to this many (XRANGE ... COUNT)
-
-COUNTING_LAG_ROWS = Gauge(
-    "selectivity_counting_lag_rows",
-    f"rows accepted but not yet counted into the tables (capped at {LAG_ROWS_CAP})",
-    ["stream"],
-)
 COUNTING_LAG_SECONDS = Gauge(
     "selectivity_counting_lag_seconds",
-    "age of the oldest accepted row not yet counted (0: all counted)",
+    "age of the oldest accepted row not yet counted, in whole seconds (0: all counted)",
     ["stream"],
 )
 SEAL_BACKLOG_WINDOWS = Gauge(
     "selectivity_seal_backlog_windows",
     "closed windows whose raw data is not yet sealed into the cold store",
     ["stream"],
-)
-SEAL_BACKLOG_ROWS = Gauge(
-    "selectivity_seal_backlog_rows", "hot rows of closed windows not yet sealed", ["stream"]
 )
 HOT_PAST_DEADLINE_WINDOWS = Gauge(
     "selectivity_hot_past_deadline_windows",
@@ -78,23 +82,70 @@ UNLOCK_GRANTS_OPEN = Gauge(
 QUEUE_TASKS = Gauge(
     "selectivity_queue_tasks", "annotation queue tasks by state", ["queue", "state"]
 )
-SCRAPE_ERRORS = Gauge(
-    "selectivity_metrics_scrape_errors",
-    "parts of the last scrape that failed (see the log): their gauges are missing",
+REFRESH_ERRORS = Gauge(
+    "selectivity_metrics_refresh_errors",
+    "parts of the last refresh of these gauges that failed (see the log): their gauges are missing",
 )
-SCRAPE_SECONDS = Gauge("selectivity_metrics_scrape_seconds", "time the last scrape took")
+REFRESH_SECONDS = Gauge(
+    "selectivity_metrics_refresh_seconds", "time the last refresh of these gauges took"
+)
+AGE_SECONDS = Gauge(
+    "selectivity_metrics_age_seconds",
+    "time since these gauges were last refreshed (+Inf: not yet, in this process)",
+)
 
 PER_STREAM = (
-    COUNTING_LAG_ROWS,
     COUNTING_LAG_SECONDS,
     SEAL_BACKLOG_WINDOWS,
-    SEAL_BACKLOG_ROWS,
     HOT_PAST_DEADLINE_WINDOWS,
     HOT_PAST_DEADLINE_SECONDS,
     STREAM_EPOCH,
     PRIVACY_EPSILON,
     PRIVACY_DELTA,
 )
+QUEUE_STATES = ("in_pool", "leased", "released", "labelled", "skipped")
+UNLOCK_STATUSES = ("pending", "granted", "expired", "closed")
+
+_refreshed_at: float | None = None  # time.monotonic() at the end of the last refresh
+
+
+def _age() -> float:
+    return float("inf") if _refreshed_at is None else time.monotonic() - _refreshed_at
+
+
+AGE_SECONDS.set_function(_age)
+
+
+def authorize(settings: Settings, authorization: str | None) -> None:
+    """Admit the metrics token (compared in constant time); 404 when none is set."""
+    token = settings.metrics_token
+    if token is None:
+        raise NotFound("/metrics is off: set SELECTIVITY_METRICS_TOKEN to serve it")
+    sent = (authorization or "").removeprefix("Bearer ").strip()
+    if (
+        not authorization
+        or not authorization.startswith("Bearer ")
+        or not hmac.compare_digest(sent.encode(), token.get_secret_value().encode())
+    ):
+        raise MetricsUnauthorized("/metrics needs 'Authorization: Bearer <metrics token>'")
+
+
+class MetricsUnauthorized(Unauthorized):
+    headers = {"WWW-Authenticate": 'Bearer realm="metrics"'}
+
+
+def exposition() -> bytes:
+    """The gauges as they are, in Prometheus's text format: no query, no computation."""
+    return generate_latest()
+
+
+@dataclass
+class _Values:
+    streams: dict[str, dict[Gauge, float]] = field(default_factory=dict)
+    unlock: dict[str, int] = field(default_factory=dict)
+    grants_open: int = 0
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)
+    errors: int = 0
 
 
 def _id_seconds(entry_id: bytes) -> float:
@@ -106,46 +157,43 @@ def _aware(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
-async def _stream(ctx: AppContext, s: Any, windows: list[Window], now: datetime) -> None:
+async def _stream(
+    ctx: AppContext, s: Any, windows: list[Window], now: datetime
+) -> dict[Gauge, float]:
     """One stream's gauges. ``windows``: its windows whose raw data is not deleted."""
     cfg = StreamCreate.model_validate(s.config)
     name = s.name
     hot_lo = s.epoch - cfg.hot_windows + 1
-    lag_rows = 0
     lag_seconds = 0.0
-    backlog_windows = backlog_rows = 0
-    past = 0
+    backlog_windows = past = 0
     past_seconds = 0.0
     for w in windows:
         if w.epoch >= hot_lo:
             counted = await ctx.stores.counting.counted(name, w.epoch)
             start = b"(" + counted if counted else b"-"
-            pending = await ctx.stores.windows.hot_range(name, w.epoch, start, b"+", LAG_ROWS_CAP)
-            if pending:
-                lag_rows += len(pending)
-                lag_seconds = max(lag_seconds, now.timestamp() - _id_seconds(pending[0][0]))
+            first = await ctx.stores.windows.hot_range(name, w.epoch, start, b"+", 1)
+            if first:
+                lag_seconds = max(lag_seconds, now.timestamp() - _id_seconds(first[0][0]))
         if w.state != "open" and w.cold_sealed_at is None:
             backlog_windows += 1
-            backlog_rows += await ctx.stores.windows.hot_length(name, w.epoch)
         if w.epoch < hot_lo:
             # it left the hot period at the roll to w + H: about (H − 1) windows after it closed
             closed = _aware(w.closed_at or w.opened_at)
             deadline = closed.timestamp() + (cfg.hot_windows - 1) * cfg.window_seconds
             past += 1
             past_seconds = max(past_seconds, now.timestamp() - deadline)
-    COUNTING_LAG_ROWS.labels(name).set(lag_rows)
-    COUNTING_LAG_SECONDS.labels(name).set(max(0.0, lag_seconds))
-    SEAL_BACKLOG_WINDOWS.labels(name).set(backlog_windows)
-    SEAL_BACKLOG_ROWS.labels(name).set(backlog_rows)
-    HOT_PAST_DEADLINE_WINDOWS.labels(name).set(past)
-    HOT_PAST_DEADLINE_SECONDS.labels(name).set(max(0.0, past_seconds))
-    STREAM_EPOCH.labels(name).set(s.epoch)
+    return {
+        COUNTING_LAG_SECONDS: float(int(max(0.0, lag_seconds))),
+        SEAL_BACKLOG_WINDOWS: backlog_windows,
+        HOT_PAST_DEADLINE_WINDOWS: past,
+        HOT_PAST_DEADLINE_SECONDS: max(0.0, past_seconds),
+        STREAM_EPOCH: s.epoch,
+    }
 
 
-async def collect(ctx: AppContext) -> None:
-    """Set every gauge from the current state (called by the ``/metrics`` route)."""
-    started = time.perf_counter()
-    errors = 0
+async def _read(ctx: AppContext) -> _Values:
+    """Everything the gauges show, read from SQL and Redis (the ledgers' maths in a thread)."""
+    out = _Values()
     now = datetime.now(UTC)
     async with ctx.sessionmaker() as session:
         streams = (await session.execute(select(Stream))).scalars().all()
@@ -164,37 +212,70 @@ async def collect(ctx: AppContext) -> None:
         for s in streams:
             try:
                 parts = await queue_ledger_parts(session=session, stream_id=s.id)
-                ledgers[s.name] = ledger(StreamCreate.model_validate(s.config), parts)
+                cfg = StreamCreate.model_validate(s.config)
+                ledgers[s.name] = await asyncio.to_thread(ledger, cfg, parts)
             except Exception as exc:  # one bad stream must not hide the others
-                errors += 1
+                out.errors += 1
                 log.warning("metrics: ledger of a stream failed: %s", type(exc).__name__)
-    for family in (*PER_STREAM, UNLOCK_REQUESTS, QUEUE_TASKS):
-        family.clear()
     by_stream: dict[int, list[Window]] = {}
     for w in holding:
         by_stream.setdefault(w.stream_id, []).append(w)
     for s in streams:
         try:
-            await _stream(ctx, s, by_stream.get(s.id, []), now)
+            values = await _stream(ctx, s, by_stream.get(s.id, []), now)
         except Exception as exc:
-            errors += 1
+            out.errors += 1
             log.warning("metrics: a stream's gauges failed: %s", type(exc).__name__)
+            values = {}
         if s.name in ledgers:
-            PRIVACY_EPSILON.labels(s.name).set(ledgers[s.name]["observation"]["epsilon"])
-            PRIVACY_DELTA.labels(s.name).set(ledgers[s.name]["observation"]["delta"])
-    for status in ("pending", "granted", "expired", "closed"):
-        UNLOCK_REQUESTS.labels(status).set(0)
-    for status, n in unlock:
-        UNLOCK_REQUESTS.labels(status).set(n)
-    UNLOCK_GRANTS_OPEN.set(len(ctx.vault.grants))
+            values[PRIVACY_EPSILON] = ledgers[s.name]["observation"]["epsilon"]
+            values[PRIVACY_DELTA] = ledgers[s.name]["observation"]["delta"]
+        out.streams[s.name] = values
+    out.unlock = {status: 0 for status in UNLOCK_STATUSES} | {st: n for st, n in unlock}
+    out.grants_open = len(ctx.vault.grants)
     for q in queues:
         try:
             st = await ctx.stores.queues.stats(queue=q)
         except Exception as exc:
-            errors += 1
+            out.errors += 1
             log.warning("metrics: a queue's gauges failed: %s", type(exc).__name__)
             continue
-        for state in ("in_pool", "leased", "released", "labelled", "skipped"):
-            QUEUE_TASKS.labels(q, state).set(st[state])
-    SCRAPE_ERRORS.set(errors)
-    SCRAPE_SECONDS.set(time.perf_counter() - started)
+        out.queues[q] = {state: int(st[state]) for state in QUEUE_STATES}
+    return out
+
+
+def _publish(values: _Values, seconds: float) -> None:
+    """Replace every gauge's series by ``values`` (no await: a scrape sees all or nothing)."""
+    global _refreshed_at
+    for family in (*PER_STREAM, UNLOCK_REQUESTS, QUEUE_TASKS):
+        family.clear()
+    for name, gauges in values.streams.items():
+        for gauge, v in gauges.items():
+            gauge.labels(name).set(v)
+    for status, n in values.unlock.items():
+        UNLOCK_REQUESTS.labels(status).set(n)
+    UNLOCK_GRANTS_OPEN.set(values.grants_open)
+    for q, states in values.queues.items():
+        for state, n in states.items():
+            QUEUE_TASKS.labels(q, state).set(n)
+    REFRESH_ERRORS.set(values.errors)
+    REFRESH_SECONDS.set(seconds)
+    _refreshed_at = time.monotonic()
+
+
+async def refresh(ctx: AppContext) -> None:
+    """Recompute every gauge from the current state."""
+    started = time.perf_counter()
+    values = await _read(ctx)
+    _publish(values, time.perf_counter() - started)
+
+
+async def refresh_forever(ctx: AppContext) -> None:
+    """``refresh`` now and then every ``metrics_refresh_seconds`` after the last one ended
+    (never two at once); started by the API's lifespan when a metrics token is set."""
+    while True:
+        try:
+            await refresh(ctx)
+        except Exception as exc:  # the next refresh may succeed; the age gauge shows it
+            log.warning("metrics: the operator gauges failed: %s", type(exc).__name__)
+        await asyncio.sleep(ctx.settings.metrics_refresh_seconds)

@@ -12,6 +12,7 @@ from service.keys import Keys
 from service.stores.counting import CountingStore
 from service.stores.ingest import IngestStore
 from service.stores.queues import QueueStore
+from service.stores.quotas import QuotaStore
 from service.stores.windows import WindowStore
 
 
@@ -21,6 +22,7 @@ class Stores:
     ingest: IngestStore
     counting: CountingStore
     queues: QueueStore
+    quotas: QuotaStore
 
     @classmethod
     def build(cls, redis: Redis, keys: Keys) -> Stores:
@@ -29,4 +31,5 @@ class Stores:
             ingest=IngestStore(redis, keys),
             counting=CountingStore(redis, keys),
             queues=QueueStore(redis, keys),
+            quotas=QuotaStore(redis, keys),
         )

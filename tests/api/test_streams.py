@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.config import Settings
 from tests.conftest import Api, unique
 from tests.helpers import stream_body
 
@@ -81,13 +82,16 @@ async def test_keys_and_roles(api: Api) -> None:
     assert r.status_code == 404 and r.json()["error"] == "NotFound"
 
 
-async def test_health_and_openapi(api: Api) -> None:
+async def test_health_and_openapi(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     await api.get("/v1/streams/does-not-exist", role="model")
     assert (await api.client.get("/healthz")).json() == {"status": "ok"}
     assert (await api.client.get("/readyz")).status_code == 200
     spec = (await api.client.get("/openapi.json")).json()
     assert "/v1/streams/{stream}/observations" in spec["paths"]
-    text = (await api.client.get("/metrics")).text
+    token = "t" * 32  # /metrics answers only the metrics token (tests/test_metrics.py)
+    over = {**api.ctx.settings.model_dump(), "metrics_token": token}
+    monkeypatch.setattr(api.ctx, "settings", Settings(**over))
+    text = (await api.client.get("/metrics", headers={"Authorization": f"Bearer {token}"})).text
     # requests are counted per route template and status (raw paths would leak names)
     assert 'selectivity_requests_total{route="/v1/streams/{stream}",status="404"}' in text
     assert 'selectivity_requests_total{route="/healthz",status="200"}' in text
