@@ -26,7 +26,7 @@ from service.privacy.schemas import KAnonIn
 from service.privacy.service import calculate
 from service.reference import report
 from service.reference import service as reference
-from workers.runner import run_standalone
+from workers.runner import parse_classes, run_standalone
 
 
 def _settings() -> Settings:
@@ -150,9 +150,13 @@ def uvicorn_log_config(base: dict) -> dict:
     return cfg
 
 
-def cmd_worker(_: argparse.Namespace) -> None:
+def cmd_worker(args: argparse.Namespace) -> None:
     _private_files()
     s = _settings()
+    try:
+        classes = parse_classes(args.queues)
+    except ValueError as exc:
+        sys.exit(f"--queues: {exc}")
     if s.embedded_redis:
         sys.exit(
             "the standalone worker needs SELECTIVITY_REDIS_URL (embedded mode runs the "
@@ -162,7 +166,7 @@ def cmd_worker(_: argparse.Namespace) -> None:
     async def main() -> None:
         ctx = await resources.build(s)
         try:
-            await run_standalone(ctx)
+            await run_standalone(ctx, classes)
         finally:
             await resources.close(ctx)
 
@@ -272,7 +276,14 @@ def main(argv: list[str] | None = None) -> None:
     sp.add_argument("--port", type=int, default=None, help="default: the PORT variable, else 8000")
     sp.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
     sp.set_defaults(fn=cmd_serve)
-    sub.add_parser("worker", help="run the worker alone (production)").set_defaults(fn=cmd_worker)
+    wk = sub.add_parser("worker", help="run the worker alone (production)")
+    wk.add_argument(
+        "--queues",
+        default="service,user",
+        help="job classes this worker runs, comma-separated: service (crons, counting, the "
+        "roll's follow-ups), user (anonymisations, audits); default both",
+    )
+    wk.set_defaults(fn=cmd_worker)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=cmd_migrate)
     admin = sub.add_parser("admin", help="administration").add_subparsers(
         dest="admin", required=True

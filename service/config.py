@@ -139,6 +139,13 @@ class Settings(BaseSettings):
     # matrix products: on a shared machine more threads only contend with the API and the
     # counting job (docs/ARCHITECTURE.md, "Re-identification audits").
     audit_threads: int = Field(default=1, ge=1, le=256)
+    # User jobs (k-anonymised releases, re-identification audits) have their own queue and
+    # worker slots, apart from the service's own jobs (docs/ARCHITECTURE.md, "Jobs"): slots a
+    # worker gives them, and how many may be queued or running at once, per key and in all
+    # (a request beyond either is a 429 with Retry-After).
+    user_job_concurrency: int = Field(default=2, ge=1, le=64)
+    user_jobs_per_key: int = Field(default=4, ge=1, le=10_000)
+    user_job_backlog: int = Field(default=64, ge=1, le=100_000)
 
     @field_validator("webhook_allow")
     @classmethod

@@ -226,7 +226,7 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
         sessionmaker=make_sessionmaker(engine, settings),
         keys=keys,
         stores=Stores.build(redis, keys),
-        jobs=Jobs(redis, keys),
+        jobs=Jobs(redis, keys, settings),
     )
 
 

@@ -24,11 +24,14 @@ own, however long they run; ``timeout`` still bounds a job that hangs in a live 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import json
 import logging
 import math
+import os
+import signal
 import time
 from typing import Any, cast
 
@@ -41,7 +44,7 @@ from saq.utils import cancel_tasks, millis, now
 
 from service.context import AppContext, make_process_pool
 from service.core import logsafe
-from service.jobs import queue_name
+from service.jobs import CLASSES, SERVICE, USER, job_class, queue_name
 from workers.jobs import FUNCTIONS
 
 log = logging.getLogger("selectivity.worker")
@@ -52,6 +55,9 @@ WORKER_LOST_SECONDS = 4
 """A worker whose key was not renewed for this long is gone; its jobs are recovered."""
 RECOVER_SECONDS = 1.0
 """How often each worker looks for the jobs of lost workers."""
+SERVICE_CONCURRENCY = 4
+"""Slots of the service's own jobs, a worker (user jobs have ``user_job_concurrency`` of their
+own)."""
 SHUTDOWN_GRACE_SECONDS = 5.0
 """How long a stopping worker waits for its running jobs before cancelling them."""
 LOST_ERROR = "worker lost"
@@ -326,67 +332,106 @@ def recorded_safely(fn: Any) -> Any:
     return run
 
 
-def make_queue(app: AppContext) -> RecoveringQueue:
-    return RecoveringQueue(app.redis, name=queue_name(app.keys))
+def make_queue(app: AppContext, klass: str = SERVICE) -> RecoveringQueue:
+    return RecoveringQueue(app.redis, name=queue_name(app.keys, klass))
 
 
-def make_worker(app: AppContext) -> Worker:
-    queue = make_queue(app)
+def _crons(app: AppContext, safe: dict[str, Any]) -> list[CronJob]:
+    s = app.settings
+    return [
+        CronJob(
+            safe["windows_tick"], cron=cron_every(s.scheduler_seconds), unique=True, timeout=600
+        ),
+        CronJob(safe["ingest_count"], cron=cron_every(s.count_seconds), unique=True, timeout=600),
+        CronJob(
+            safe["coldstore_seal"], cron=cron_every(s.scheduler_seconds), unique=True, timeout=3600
+        ),
+        CronJob(safe["unlock_expire_grants"], cron=cron_every(10), unique=True, timeout=60),
+        CronJob(
+            safe["queues_release"], cron=cron_every(s.scheduler_seconds), unique=True, timeout=600
+        ),
+    ]
+
+
+def make_worker(app: AppContext, klass: str = SERVICE) -> RecoveringWorker:
+    """The worker of job class ``klass`` (``service.jobs``): the service's own jobs and every
+    cron on ``SERVICE_CONCURRENCY`` slots, or the user jobs on ``user_job_concurrency``."""
+    queue = make_queue(app, klass)
     logsafe.install("saq", "selectivity")  # SAQ's own records too (promise 1)
-    safe = {f.__qualname__: recorded_safely(f) for f in FUNCTIONS}  # by SAQ's name for it
+    # by SAQ's name for it
+    safe = {f.__qualname__: recorded_safely(f) for f in FUNCTIONS if job_class(f.__name__) == klass}
 
     async def startup(ctx: dict[str, Any]) -> None:
         ctx["app"] = app
 
+    if klass == SERVICE:
+        concurrency, crons = SERVICE_CONCURRENCY, _crons(app, safe)
+    else:
+        concurrency, crons = app.settings.user_job_concurrency, []
     return RecoveringWorker(
         queue,
         functions=list(safe.values()),
-        concurrency=4,
+        concurrency=concurrency,
         startup=startup,
-        cron_jobs=[
-            CronJob(
-                safe["windows_tick"],
-                cron=cron_every(app.settings.scheduler_seconds),
-                unique=True,
-                timeout=600,
-            ),
-            CronJob(
-                safe["ingest_count"],
-                cron=cron_every(app.settings.count_seconds),
-                unique=True,
-                timeout=600,
-            ),
-            CronJob(
-                safe["coldstore_seal"],
-                cron=cron_every(app.settings.scheduler_seconds),
-                unique=True,
-                timeout=3600,
-            ),
-            CronJob(safe["unlock_expire_grants"], cron=cron_every(10), unique=True, timeout=60),
-            CronJob(
-                safe["queues_release"],
-                cron=cron_every(app.settings.scheduler_seconds),
-                unique=True,
-                timeout=600,
-            ),
-        ],
+        cron_jobs=crons,
     )
 
 
-async def run_in_process(app: AppContext, *, handle_signals: bool = False) -> None:
-    """Run the worker until cancelled. Inside the API process, uvicorn owns SIGINT/SIGTERM
-    (SAQ would otherwise take them over and the server would never shut down)."""
-    worker = make_worker(app)
-    if not handle_signals:
-        worker.SIGNALS = []
+def parse_classes(value: str) -> tuple[str, ...]:
+    """``--queues``: comma-separated job classes, each once (``service``, ``user``)."""
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    unknown = [n for n in names if n not in CLASSES]
+    if not names or unknown:
+        raise ValueError(
+            f"queues must be a comma-separated list of {', '.join(CLASSES)}, got {value!r}"
+        )
+    return names
+
+
+def _room_for_user_jobs(app: AppContext, classes: tuple[str, ...]) -> None:
+    """The loop's default thread pool (``asyncio.to_thread``: a user job's computation, and
+    the service's own Redis-side and numpy steps) gets one thread more per user-job slot than
+    Python's default, so user jobs never take the threads the service's jobs (and, embedded,
+    its requests) would have had."""
+    if USER not in classes:
+        return
+    threads = min(32, (os.cpu_count() or 1) + 4) + app.settings.user_job_concurrency
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="asyncio")
+    )
+
+
+async def run_in_process(
+    app: AppContext, *, handle_signals: bool = False, classes: tuple[str, ...] = CLASSES
+) -> None:
+    """Run the workers of ``classes`` (each its queue and slots) until cancelled, or, with
+    ``handle_signals``, until SIGINT or SIGTERM. Inside the API process, uvicorn owns those
+    signals (SAQ would otherwise take them over and the server would never shut down); SAQ's
+    own handlers are off in any case, as two workers in one process would replace each
+    other's."""
+    workers = [make_worker(app, klass) for klass in classes]
+    _room_for_user_jobs(app, classes)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = [signal.SIGINT, signal.SIGTERM] if handle_signals else []
+    for w in workers:
+        w.SIGNALS = []
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    running = [asyncio.create_task(w.start(), name=f"worker-{w.queue.name}") for w in workers]
+    stopping = asyncio.create_task(stop.wait())
     try:
-        await worker.start()
+        await asyncio.wait([*running, stopping], return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await worker.stop()
+        stopping.cancel()
+        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)
+        for signum in signals:
+            loop.remove_signal_handler(signum)
 
 
-async def run_standalone(app: AppContext) -> None:
+async def run_standalone(app: AppContext, classes: tuple[str, ...] = CLASSES) -> None:
     app.executor = make_process_pool()
-    log.info("worker started")
+    log.info("worker started: %s jobs", " and ".join(classes))
     with contextlib.suppress(asyncio.CancelledError):
-        await run_in_process(app, handle_signals=True)
+        await run_in_process(app, handle_signals=True, classes=classes)

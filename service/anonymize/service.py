@@ -164,7 +164,7 @@ async def create(
     if rt is not None and not await _still_hot(ctx, rt, spec["windows"][0]):
         await store.delete(rt.name, [a])  # a roll ended the hot period meanwhile
         raise Conflict(f"source.stream: stream {rt.name!r} rolled meanwhile; retry")
-    await ctx.jobs.enqueue("anonymize_run", key=f"anonymize:{a}", timeout=3600, id=a)
+    await ctx.jobs.enqueue("anonymize_run", key=f"anonymize:{a}", owner=owner, timeout=3600, id=a)
     audit = {
         "source": spec["source"],
         "rows": len(body.source.rows) if body.source.rows is not None else None,

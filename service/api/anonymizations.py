@@ -26,7 +26,7 @@ from service.anonymize.schemas import (
 )
 from service.api.deps import CtxDep, JsonRoute, require
 from service.audit import service as audit
-from service.errors import Conflict, NotFound, ValidationError, error_responses
+from service.errors import Conflict, NotFound, TooManyRequests, ValidationError, error_responses
 
 router = APIRouter(prefix="/v1/anonymizations", tags=["anonymizations"], route_class=JsonRoute)
 AnalystKey = Annotated[Principal, Depends(require("analyst"))]
@@ -47,10 +47,11 @@ def _example_hierarchies() -> dict[str, dict[str, dict[str, Any]]]:
     "",
     status_code=202,
     response_model=CreatedOut,
-    responses=error_responses(NotFound, ValidationError, Conflict),
+    responses=error_responses(NotFound, ValidationError, Conflict, TooManyRequests),
 )
 async def create(body: AnonymizationCreate, ctx: CtxDep, who: AnalystKey) -> CreatedOut:
-    a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
+    async with ctx.jobs.admission(owner=who.key_id):  # 429 when the user jobs are full
+        a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,

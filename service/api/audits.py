@@ -12,7 +12,7 @@ from service.api.deps import CtxDep, JsonRoute, require
 from service.audit import service as audit_log
 from service.audits import service
 from service.audits.schemas import ID_PATTERN, AuditCreate, AuditCreatedOut, AuditOut
-from service.errors import Conflict, NotFound, ValidationError, error_responses
+from service.errors import Conflict, NotFound, TooManyRequests, ValidationError, error_responses
 
 router = APIRouter(prefix="/v1/audits/reidentification", tags=["audits"], route_class=JsonRoute)
 AnalystKey = Annotated[Principal, Depends(require("analyst"))]
@@ -23,12 +23,13 @@ IdPath = Path(pattern=ID_PATTERN)
     "",
     status_code=202,
     response_model=AuditCreatedOut,
-    responses=error_responses(NotFound, ValidationError, Conflict),
+    responses=error_responses(NotFound, ValidationError, Conflict, TooManyRequests),
 )
 async def create(body: AuditCreate, ctx: CtxDep, who: AnalystKey) -> AuditCreatedOut:
     """Start an audit: the attacks of ``service.core.pu`` against the release; poll ``GET``
     for its progress and results."""
-    a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
+    async with ctx.jobs.admission(owner=who.key_id):  # 429 when the user jobs are full
+        a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
     await audit_log.record(
         ctx.sessionmaker,
         actor=who.key_id,

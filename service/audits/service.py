@@ -148,7 +148,11 @@ async def create(*, ctx: AppContext, body: AuditCreate, owner: str) -> tuple[str
     expires_at_ms = int((time.time() + ttl) * 1000)
     await _store(ctx).create(a, spec=spec, data=data, expires_at_ms=expires_at_ms)
     await ctx.jobs.enqueue(
-        "reidentification_run", key=f"reidentification:{a}", timeout=JOB_TIMEOUT_SECONDS, id=a
+        "reidentification_run",
+        key=f"reidentification:{a}",
+        owner=owner,
+        timeout=JOB_TIMEOUT_SECONDS,
+        id=a,
     )
     detail = {
         **{k: v for k, v in spec.items() if k not in ("created_at", "owner")},
