@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import secrets
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import yaml
 from service.api import metrics as operator_metrics
 from service.coldstore import service as coldstore
 from service.config import Settings
+from service.core import kanon
 from service.counting import service as counting
 from service.lifecycle import roll as lifecycle_roll
 from service.queues import service as queues_service
@@ -209,6 +211,52 @@ async def test_a_scrape_computes_nothing(metrics_on: Api, monkeypatch: pytest.Mo
     assert calls == []
     await operator_metrics.refresh(api.ctx)  # the background refresh is where they run
     assert "ledger" in calls
+
+
+@pytest.mark.slow
+async def test_healthz_stays_fast_while_scraping_costly_record_queues(metrics_on: Api) -> None:
+    """Ten record queues whose δ is costly (k = 10⁶, β = 0.001, ε at the smallest the bound
+    covers: ~0.13 s each on a 2-core machine): scrapes answer from the last refresh, so none
+    takes, or keeps /healthz waiting, a second (when a scrape computed the ledgers, each took
+    ~2 s and held /healthz as long). Generous bound: the test shares 2 cores."""
+    api = metrics_on
+    await api.add_keys(curator="curator")
+    name = unique("costly")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    for _ in range(10):
+        body = {
+            "name": unique("rq"),
+            "beta": 0.001,
+            "k": 1_000_000,
+            "epsilon": kanon.covered_epsilon(beta=0.001),
+            "payload_kind": "record",
+            "stream": name,
+            "accept_delta_above_ceiling": True,
+        }
+        assert (await api.post("/v1/queues", "curator", json=body)).status_code == 201
+    await operator_metrics.refresh(api.ctx)  # (the lifespan's background task)
+    waits: list[float] = []
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            assert (await api.client.get("/healthz")).status_code == 200
+            waits.append(time.perf_counter() - t)
+            await asyncio.sleep(0.01)
+
+    poller = asyncio.create_task(poll())
+    try:
+        for _ in range(5):
+            t = time.perf_counter()
+            text = await _scrape(api, refresh=False)
+            assert time.perf_counter() - t < 1.0
+            assert _value(text, "selectivity_privacy_delta", stream=name) is not None
+            await asyncio.sleep(0.05)
+    finally:
+        done.set()
+        await poller
+    assert waits and max(waits) < 1.0, max(waits)
 
 
 async def test_the_background_refresh_keeps_the_gauges_fresh(metrics_on: Api) -> None:
