@@ -3,6 +3,7 @@ bounded; errors name the field and the limit."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -12,7 +13,20 @@ from service.streams.schemas import NAME_PATTERN
 
 MAX_INLINE_ROWS = 100_000
 """The most inline rows one request may carry (the body limit, SELECTIVITY_MAX_BODY_BYTES, may
-bind first). A stream source is capped at the same number of hot rows."""
+bind first), and ``max_rows`` fewer with more quasi-identifiers. A stream source is capped at
+the same number of hot rows."""
+WORK_BOUND = 4_000_000_000
+"""The most rows² × (quasi-identifiers + 1) one run may cluster: SaNGreeA's worst case (range
+quasi-identifiers, distinct values) costs about 7.6e-9 CPU seconds per unit on one core, so a run
+at the bound takes about 30 s, well under a minute (BENCHMARKS.md, "Anonymization job size")."""
+
+
+def max_rows(quasi_identifiers: int) -> int:
+    """The most rows one run may cluster with that many quasi-identifiers (``WORK_BOUND``,
+    never more than ``MAX_INLINE_ROWS``): 44,721 with one, 21,081 with 8, 11,009 with 32."""
+    return min(MAX_INLINE_ROWS, math.isqrt(WORK_BOUND // (quasi_identifiers + 1)))
+
+
 MAX_K = 10_000
 MAX_QIS = 32
 MAX_KEEP = 64
@@ -120,6 +134,13 @@ class AnonymizationCreate(Strict):
         rows = self.source.rows
         if rows is not None and len(rows) < self.k:
             raise ValueError(f"source.rows: {len(rows)} rows, fewer than k={self.k}")
+        most = max_rows(len(self.quasi_identifiers))
+        if rows is not None and len(rows) > most:
+            raise ValueError(
+                f"source.rows: {len(rows)} rows, more than {most}, the most one run clusters "
+                f"with {len(self.quasi_identifiers)} quasi-identifiers (its time grows with "
+                "rows² × (quasi-identifiers + 1))"
+            )
         names = _check_names(self.quasi_identifiers, self.weights, rows, self.keep)
         if "cluster" in names or "cluster" in self.keep:
             raise ValueError("quasi_identifiers, keep: 'cluster' is the release's own column")

@@ -61,6 +61,7 @@ from service.anonymize.schemas import (
     Question,
     WeightsSessionCreate,
     WeightsSessionOut,
+    max_rows,
 )
 from service.anonymize.store import AnonymizationStore
 from service.context import AppContext
@@ -252,10 +253,11 @@ async def _stream_columns(
     windows: Sequence[int],
     *,
     limit: int | None = None,
+    most: int = MAX_INLINE_ROWS,
 ) -> tuple[dict[str, list[Any]], int]:
     """Windows ``lo … hi`` (``windows``) of the stream's hot rows, window by window in entry
     order: one list per wanted column (features by name, ``label``; absent values None); with
-    ``limit``, its first ``limit`` rows only."""
+    ``limit``, its first ``limit`` rows only; more than ``most`` is a ValueError."""
     store = ctx.stores.windows
     columns: dict[str, list[Any]] = {c: [] for c in wanted}
     n = 0
@@ -274,9 +276,10 @@ async def _stream_columns(
                 for c in wanted:
                     columns[c].append(rec.get("y") if c == LABEL else feats.get(c))
                 n += 1
-            if n > MAX_INLINE_ROWS:
+            if n > most:
                 raise ValueError(
-                    f"source.stream: the hot period has more than {MAX_INLINE_ROWS} rows"
+                    f"source.stream: the hot period has more than {most} rows, the most one "
+                    "run clusters with its quasi-identifiers (schemas.max_rows)"
                 )
             if count < HOT_CHUNK:
                 break
@@ -370,7 +373,8 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
             if not await _still_hot(ctx, rt, spec["windows"][0]):  # expire deletes it
                 await store.delete(name, [a])
                 return {"status": "expired"}
-            columns, _ = await _stream_columns(ctx, name, wanted, spec["windows"])
+            most = max_rows(len(spec["quasi_identifiers"]))  # the job's size bound
+            columns, _ = await _stream_columns(ctx, name, wanted, spec["windows"], most=most)
         else:
             blob = await store.input(a)
             if blob is None:
