@@ -101,12 +101,12 @@ class QuotaExceeded(Forbidden):
     pass
 
 
-def class_of(methods: set[str], path: str) -> str | None:
-    return next((CLASSES[m, path] for m in sorted(methods) if (m, path) in CLASSES), None)
+def class_of(methods: set[str] | None, path: str) -> str | None:
+    return next((CLASSES[m, path] for m in sorted(methods or ()) if (m, path) in CLASSES), None)
 
 
-def cap_of(methods: set[str], path: str) -> tuple[str, str] | None:
-    return next((CAPS[m, path] for m in sorted(methods) if (m, path) in CAPS), None)
+def cap_of(methods: set[str] | None, path: str) -> tuple[str, str] | None:
+    return next((CAPS[m, path] for m in sorted(methods or ()) if (m, path) in CAPS), None)
 
 
 async def take(ctx: AppContext, principal: Principal, cls: str) -> None:
