@@ -181,13 +181,15 @@ def cmd_create_key(args: argparse.Namespace) -> None:
         try:
             sessionmaker = make_sessionmaker(engine, s)
             async with sessionmaker() as session, session.begin():
-                created = await keys.create(session=session, role=args.role, name=args.name)
+                created = await keys.create(
+                    session=session, role=args.role, name=args.name, actor=args.actor
+                )
             await audit.record(
                 sessionmaker,
                 actor="cli",
                 action="admin.create_key",
                 target=f"key:{created.id}",
-                detail={"role": created.role, "name": created.name},
+                detail={"role": created.role, "name": created.name, "actor": created.actor},
             )
         finally:
             await engine.dispose()
@@ -295,6 +297,11 @@ def main(argv: list[str] | None = None) -> None:
         choices=["admin", "producer", "model", "curator", "annotator", "analyst"],
     )
     ck.add_argument("--name", default="")
+    ck.add_argument(
+        "--actor",
+        help="who holds the key (a person or a system; default: the key's own id). Break "
+        "glass refuses approvals by any key of a request's actor",
+    )
     ck.set_defaults(fn=cmd_create_key)
     cli_audit.register(cli_coldstore.register(sub, admin))
     demo.register(sub)

@@ -263,6 +263,7 @@ def cmd_unlock_list(args: argparse.Namespace) -> None:
                 )
                 print(
                     f"{r['id']}  {r['status']:<8} {r['stream']}  {rng}  by {r['requested_by']}"
+                    f" ({r['requester_actor']})"
                     f"  {r['created_at']}  approvals {r['approvals']}/{r['threshold']}"
                 )
                 n += 1
@@ -314,7 +315,11 @@ def register(sub: Any, admin: Any) -> Any:
     ranges(r)
     r.set_defaults(fn=cmd_unlock_request)
     for name, fn, help_ in (
-        ("approve", cmd_unlock_approve, "approve with your share, read from stdin (admin)"),
+        (
+            "approve",
+            cmd_unlock_approve,
+            "approve with your share, read from stdin (admin; not the requester's actor)",
+        ),
         ("status", cmd_unlock_status, "show a request"),
         ("close", cmd_unlock_close, "end a grant now"),
     ):

@@ -15,6 +15,9 @@ should not be swapped to disk (run with swap off or mlock-limited, as for any ke
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,6 +49,27 @@ class Share:
 class Vault:
     pending: dict[str, dict[str, Share]] = field(default_factory=dict)  # request -> admin
     grants: dict[str, Grant] = field(default_factory=dict)
+    # one lock per request with a call waiting on it or inside it (then dropped): every step
+    # that reads and changes a request's shares and approvals holds it from its first read to
+    # its commit, so concurrent approvals are applied one after the other
+    _locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, request_id: str) -> AsyncIterator[None]:
+        """Hold request ``request_id``'s lock in this process. Shares live in this process's
+        memory only, so this lock (with the SQL row lock where the database has one) is what
+        serialises the approvals of one request."""
+        lock, users = self._locks.get(request_id, (asyncio.Lock(), 0))
+        self._locks[request_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[request_id]
+            if users == 1:
+                del self._locks[request_id]
+            else:
+                self._locks[request_id] = (lock, users - 1)
 
     def drop_share(self, request_id: str, admin: str, share: Share | None = None) -> None:
         """Wipe ``admin``'s share of the request (only if it is still ``share``, when given:

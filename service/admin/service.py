@@ -31,6 +31,7 @@ log = logging.getLogger("selectivity.admin")
 class Principal:
     key_id: str
     role: str
+    actor: str = ""  # who holds the key (``ApiKey.actor``); "" where none was read: its id
 
 
 def _hash(key: str) -> bytes:
@@ -45,19 +46,35 @@ def _split(key: str) -> tuple[str, str] | None:
 
 
 async def create(
-    *, session: AsyncSession, role: str, name: str = "", key: str | None = None
+    *,
+    session: AsyncSession,
+    role: str,
+    name: str = "",
+    actor: str | None = None,
+    key: str | None = None,
 ) -> KeyCreated:
-    """A new key (or, for the bootstrap admin, a given one in the ``sk_<id>_<secret>`` form)."""
+    """A new key (or, for the bootstrap admin, a given one in the ``sk_<id>_<secret>`` form),
+    held by ``actor`` (default: an actor of its own, named by the key's id)."""
     if key is None:
         key = f"sk_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
     parsed = _split(key)
     if parsed is None or len(parsed[1]) < 32 or len(key) > 200:
         raise ValidationError("key must look like sk_<id>_<secret> with a secret of 32+ chars")
+    if actor is not None and not 1 <= len(actor) <= 200:
+        raise ValidationError(f"actor: 1 to 200 characters, got {len(actor)}")
     row = await repository.create(
-        session, ApiKey(id=parsed[0], name=name, role=role, key_hash=_hash(key))
+        session,
+        ApiKey(id=parsed[0], name=name, actor=actor or parsed[0], role=role, key_hash=_hash(key)),
     )
     return KeyCreated.model_validate(
-        {"id": row.id, "role": row.role, "name": row.name, "key": key, "created_at": row.created_at}
+        {
+            "id": row.id,
+            "role": row.role,
+            "name": row.name,
+            "actor": row.actor,
+            "key": key,
+            "created_at": row.created_at,
+        }
     )
 
 
@@ -79,7 +96,7 @@ async def authenticate(*, ctx: AppContext, authorization: str | None) -> Princip
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, digest):
         cache.pop(digest, None)
         raise Unauthorized("invalid or revoked API key")
-    principal = Principal(row.id, row.role)
+    principal = Principal(row.id, row.role, row.actor)
     cache[digest] = (now, principal)
     return principal
 

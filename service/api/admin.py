@@ -18,14 +18,16 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
 async def create_key(
     body: KeyCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
 ) -> KeyCreated:
-    created = await service.create(session=session, role=body.role, name=body.name)
+    created = await service.create(
+        session=session, role=body.role, name=body.name, actor=body.actor
+    )
     await session.commit()
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
         action="admin.create_key",
         target=f"key:{created.id}",
-        detail={"role": created.role, "name": created.name},
+        detail={"role": created.role, "name": created.name, "actor": created.actor},
     )
     return created
 
@@ -37,10 +39,16 @@ class WhoAmI(BaseModel):
     key_id: str
     role: str
     name: str
+    actor: str
 
 
 @me_router.get("/whoami", response_model=WhoAmI)
 async def whoami(session: SessionDep, who: CurrentKey) -> WhoAmI:
-    """The calling key's id, role and name (the console shows what the role may do)."""
+    """The calling key's id, role, name and actor (the console shows what the role may do)."""
     row = await repository.get(session, who.key_id)
-    return WhoAmI(key_id=who.key_id, role=who.role, name=row.name if row else "")
+    return WhoAmI(
+        key_id=who.key_id,
+        role=who.role,
+        name=row.name if row else "",
+        actor=row.actor if row else who.key_id,
+    )

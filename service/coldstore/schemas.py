@@ -80,6 +80,9 @@ class UnlockRequestOut(BaseModel):
     stream: str
     status: Literal["pending", "granted", "expired", "closed"]
     requested_by: str
+    requester_actor: str = Field(
+        description="the actor holding the requesting key: none of its keys may approve"
+    )
     justification: str
     from_window: int | None
     to_window: int | None

@@ -30,6 +30,7 @@ from service.coldstore.schemas import (
 from service.coldstore.service import ExportItem, active_key, read_segment
 from service.context import AppContext
 from service.db.models import (
+    ApiKey,
     ColdSegment,
     ColdStoreKey,
     Stream,
@@ -41,15 +42,33 @@ from service.errors import Conflict, Forbidden, NotFound, ServiceError, Unavaila
 from service.vault import Grant, Share
 
 
-async def _refuse(ctx: AppContext, who: Principal, rid: str, err: ServiceError) -> ServiceError:
+async def _refuse(
+    ctx: AppContext, who: Principal, rid: str, err: ServiceError, **extra: str
+) -> ServiceError:
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
         action="unlock.refused",
         target=f"unlock:{rid}",
-        detail={"status": err.status_code, "reason": err.detail},
+        detail={"status": err.status_code, "reason": err.detail, **extra},
     )
     return err
+
+
+def _actor(who: Principal) -> str:
+    return who.actor or who.key_id
+
+
+async def _actors(session: AsyncSession, key_ids: list[str]) -> dict[str, str]:
+    """The actor of each key (a key not found is an actor of its own, its id)."""
+    rows = await session.execute(select(ApiKey.id, ApiKey.actor).where(ApiKey.id.in_(key_ids)))
+    found = {kid: actor for kid, actor in rows}
+    return {k: found.get(k) or k for k in key_ids}
+
+
+class SelfApproval(Forbidden):
+    """Break glass separates the requester from the approvers: no key of the requester's
+    actor approves its request."""
 
 
 async def _out(
@@ -66,6 +85,7 @@ async def _out(
         stream=stream.name,
         status=r.status,  # type: ignore[arg-type]
         requested_by=r.requested_by,
+        requester_actor=(await _actors(session, [r.requested_by]))[r.requested_by],
         justification=r.justification,
         from_window=r.from_epoch,
         to_window=r.to_epoch,
@@ -251,7 +271,7 @@ async def _record_expired_shares(ctx: AppContext, rid: str, n: int) -> None:
 
 async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
     expired = False
-    async with ctx.sessionmaker() as session, session.begin():
+    async with ctx.vault.lock(rid), ctx.sessionmaker() as session, session.begin():
         r = await _load(session, rid, for_update=True)
         if who.role != "admin" and r.requested_by != who.key_id:
             raise Forbidden("only the requesting analyst or an admin may read this request")
@@ -268,94 +288,135 @@ async def get(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
 
 
 async def approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> UnlockRequestOut:
-    """One admin's approval with their share. At the key's threshold of distinct admins the
-    key is reconstructed, checked, and the grant opens."""
+    """One admin's approval with their share. At the key's threshold of distinct actors the
+    key is reconstructed, checked, and the grant opens (once: approvals are applied one at a
+    time, under the request's lock in this process and its SQL row lock). No key of the
+    requester's actor approves (403)."""
     vault = ctx.vault
     try:
         crypto.check_share(share)
     except crypto.ShareError as exc:
         raise await _refuse(ctx, who, rid, ValidationError(f"share: {exc}")) from None
+    async with vault.lock(rid):
+        return await _approve(ctx=ctx, who=who, rid=rid, share=share)
+
+
+async def _approve(*, ctx: AppContext, who: Principal, rid: str, share: str) -> UnlockRequestOut:
+    vault = ctx.vault
     note = None
     granted = False
     failure: ServiceError | None = None
+    rule: dict[str, str] = {}
     withdrawn = 0
     ttl = ctx.settings.unlock_share_ttl_seconds
-    async with ctx.sessionmaker() as session, session.begin():
-        r = await _load(session, rid, for_update=True)
-        now = datetime.now(UTC)
-        if await _expire_if_due(ctx, session, r) or r.status != "pending":
-            failure = Conflict(f"unlock request {rid} is {r.status}; approvals are closed")
-        else:
-            key = await session.get(ColdStoreKey, r.key_id)
-            assert key is not None
-            withdrawn = await _expire_shares(ctx, session, r, now)
-            approved = list(
-                await session.scalars(
-                    select(UnlockApproval.admin_key_id).where(UnlockApproval.request_id == rid)
+    added: Share | None = None
+    try:
+        async with ctx.sessionmaker() as session, session.begin():
+            r = await _load(session, rid, for_update=True)
+            now = datetime.now(UTC)
+            mine = _actor(who)
+            requester = (await _actors(session, [r.requested_by]))[r.requested_by]
+            if await _expire_if_due(ctx, session, r) or r.status != "pending":
+                failure = Conflict(f"unlock request {rid} is {r.status}; approvals are closed")
+            elif who.key_id == r.requested_by:
+                failure = SelfApproval(
+                    "the requester cannot approve its own request: break glass separates the "
+                    "requester from the approvers; other admins must approve it"
                 )
-            )
-            for admin in [a for a in vault.pending.get(rid, {}) if a not in approved]:
-                vault.drop_share(rid, admin)  # withdrawn by another process (the expiry job)
-            held = vault.pending.setdefault(rid, {})
-            lost = [a for a in approved if a not in held]
-            if lost:  # approvals whose shares this process no longer holds (a restart)
-                await session.execute(
-                    delete(UnlockApproval).where(
-                        UnlockApproval.request_id == rid, UnlockApproval.admin_key_id.in_(lost)
+                rule = {"rule": "separation_of_duties", "refused": "requester"}
+            elif mine == requester:
+                failure = SelfApproval(
+                    f"this key belongs to actor {mine!r}, who filed this request with another "
+                    "key: break glass separates the requester from the approvers; other admins "
+                    "must approve it"
+                )
+                rule = {"rule": "separation_of_duties", "refused": "requester_actor"}
+            else:
+                key = await session.get(ColdStoreKey, r.key_id)
+                assert key is not None
+                withdrawn = await _expire_shares(ctx, session, r, now)
+                approved = list(
+                    await session.scalars(
+                        select(UnlockApproval.admin_key_id).where(UnlockApproval.request_id == rid)
                     )
                 )
-                note = (
-                    f"{len(lost)} earlier approval(s) were lost with a restart "
-                    "and must be resubmitted"
-                )
-            if withdrawn:
-                note = (note + "; " if note else "") + (
-                    f"{withdrawn} earlier approval(s) expired (shares are held {ttl} s) "
-                    "and must be resubmitted"
-                )
-            index = crypto.check_share(share)[1]
-            if who.key_id in held:
-                failure = Conflict("this admin key has already approved this request")
-            elif any(crypto.check_share(s.value)[1] == index for s in held.values() if s.value):
-                failure = Conflict("this share was already submitted by another admin")
-            else:
-                sh = Share(share, now + timedelta(seconds=ttl))
-                # the share leaves memory at its expiry even if nobody calls
-                sh.timer = asyncio.get_running_loop().call_later(
-                    ttl, vault.drop_share, rid, who.key_id, sh
-                )
-                held[who.key_id] = sh
-                session.add(UnlockApproval(request_id=rid, admin_key_id=who.key_id, created_at=now))
-                if len(held) >= key.threshold:
-                    try:
-                        sk = crypto.combine(
-                            [s.value for s in held.values() if s.value],
-                            public_key=key.public_key,
-                            tag=key.verification_tag,
+                for admin in [a for a in vault.pending.get(rid, {}) if a not in approved]:
+                    vault.drop_share(rid, admin)  # withdrawn by another process (the expiry job)
+                held = vault.pending.setdefault(rid, {})
+                lost = [a for a in approved if a not in held]
+                if lost:  # approvals whose shares this process no longer holds (a restart)
+                    await session.execute(
+                        delete(UnlockApproval).where(
+                            UnlockApproval.request_id == rid, UnlockApproval.admin_key_id.in_(lost)
                         )
-                    except crypto.ShareError as exc:
-                        # start over: no partial set survives a failed reconstruction
-                        vault.clear_pending(rid)
-                        await session.execute(
-                            delete(UnlockApproval).where(UnlockApproval.request_id == rid)
-                        )
-                        await session.flush()
-                        note = f"reconstruction failed ({exc}); all approvals were reset"
-                        failure = ValidationError(
-                            f"share: {exc}; the request's approvals were reset, resubmit shares"
-                        )
-                    else:
-                        vault.clear_pending(rid)
-                        now = datetime.now(UTC)
-                        r.status, r.granted_at = "granted", now
-                        r.expires_at = now + timedelta(seconds=r.ttl_seconds)
-                        vault.grants[rid] = Grant(sk, r.expires_at)
-                        granted = True
-        await session.flush()
-        out = await _out(session, r, note)
+                    )
+                    note = (
+                        f"{len(lost)} earlier approval(s) were lost with a restart "
+                        "and must be resubmitted"
+                    )
+                if withdrawn:
+                    note = (note + "; " if note else "") + (
+                        f"{withdrawn} earlier approval(s) expired (shares are held {ttl} s) "
+                        "and must be resubmitted"
+                    )
+                index = crypto.check_share(share)[1]
+                by_actor = await _actors(session, list(held))
+                if who.key_id in held:
+                    failure = Conflict("this admin key has already approved this request")
+                elif mine in by_actor.values():
+                    failure = Conflict(
+                        f"actor {mine!r} has already approved this request with another key; "
+                        "approvals count once per actor"
+                    )
+                elif any(crypto.check_share(s.value)[1] == index for s in held.values() if s.value):
+                    failure = Conflict("this share was already submitted by another admin")
+                else:
+                    sh = Share(share, now + timedelta(seconds=ttl))
+                    # the share leaves memory at its expiry even if nobody calls
+                    sh.timer = asyncio.get_running_loop().call_later(
+                        ttl, vault.drop_share, rid, who.key_id, sh
+                    )
+                    held[who.key_id] = added = sh
+                    session.add(
+                        UnlockApproval(request_id=rid, admin_key_id=who.key_id, created_at=now)
+                    )
+                    if len(held) >= key.threshold:
+                        try:
+                            sk = crypto.combine(
+                                [s.value for s in held.values() if s.value],
+                                public_key=key.public_key,
+                                tag=key.verification_tag,
+                            )
+                        except crypto.ShareError as exc:
+                            # start over: no partial set survives a failed reconstruction
+                            vault.clear_pending(rid)
+                            await session.execute(
+                                delete(UnlockApproval).where(UnlockApproval.request_id == rid)
+                            )
+                            await session.flush()
+                            note = f"reconstruction failed ({exc}); all approvals were reset"
+                            failure = ValidationError(
+                                f"share: {exc}; the request's approvals were reset, resubmit shares"
+                            )
+                        else:
+                            vault.clear_pending(rid)
+                            now = datetime.now(UTC)
+                            r.status, r.granted_at = "granted", now
+                            r.expires_at = now + timedelta(seconds=r.ttl_seconds)
+                            vault.grants[rid] = Grant(sk, r.expires_at)
+                            granted = True
+            await session.flush()
+            out = await _out(session, r, note)
+    except BaseException:
+        # the transaction did not commit: memory forgets what SQL does not record
+        if granted:
+            vault.wipe(rid)
+        elif added is not None:
+            vault.drop_share(rid, who.key_id, added)
+        raise
     await _record_expired_shares(ctx, rid, withdrawn)
     if failure is not None:
-        raise await _refuse(ctx, who, rid, failure)
+        raise await _refuse(ctx, who, rid, failure, **rule)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,
@@ -426,7 +487,7 @@ async def expire_grants(*, ctx: AppContext) -> int:
 
 
 async def close(*, ctx: AppContext, who: Principal, rid: str) -> UnlockRequestOut:
-    async with ctx.sessionmaker() as session, session.begin():
+    async with ctx.vault.lock(rid), ctx.sessionmaker() as session, session.begin():
         r = await _load(session, rid, for_update=True)
         if who.role != "admin" and r.requested_by != who.key_id:
             raise Forbidden("only the requesting analyst or an admin may close this request")

@@ -50,12 +50,16 @@ class Base(DeclarativeBase):
 
 
 class ApiKey(Base):
-    """An API key: only its SHA-256 is stored; the key itself is shown once."""
+    """An API key: only its SHA-256 is stored; the key itself is shown once. ``actor`` is who
+    holds it (a person or a system, named at creation; the key's id when none was given):
+    break glass counts approvals per actor and refuses the requester's actor as an approver
+    (docs/ARCHITECTURE.md, "Cold store and break-glass unlock")."""
 
     __tablename__ = "api_key"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    actor: Mapped[str] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(20))
     key_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -64,12 +68,15 @@ class ApiKey(Base):
 
 class Stream(Base):
     """A registered kind of observation. ``epoch`` is the open window; ``roll_target`` is set
-    while a roll to that epoch is under way (the crash-safety checkpoint)."""
+    while a roll to that epoch is under way (the crash-safety checkpoint). ``state`` is
+    ``creating`` while its first windows are prepared in Redis (outside any SQL transaction),
+    then ``ready``; only ready streams are seen by lookups (``service.streams.repository``)."""
 
     __tablename__ = "stream"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(16), default="ready", server_default="ready")
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     hash_seed: Mapped[bytes] = mapped_column(LargeBinary(32))
     epoch: Mapped[int] = mapped_column(Integer, default=1)

@@ -2,7 +2,8 @@
 embedded defaults: the first start creates the cold-store key (3 shares, threshold 2) and writes
 its shares to the file the operator named outside the data dir (SELECTIVITY_COLDSTORE_SHARES_FILE);
 ingest, rolls, the in-process worker seals and expires; an analyst requests, two admins approve
-with their shares on stdin, the analyst exports; `audit verify` passes."""
+with their shares on stdin (an admin key of the analyst's own actor is refused), the analyst
+exports; `audit verify` passes."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
         }
         assert httpx.post(f"{base}/v1/streams", headers=h, json=body).status_code == 201
         producer = _cli(env, "admin", "create-key", "--role", "producer").strip()
-        analyst = _cli(env, "admin", "create-key", "--role", "analyst").strip()
+        analyst = _cli(env, "admin", "create-key", "--role", "analyst", "--actor", "alice").strip()
         admin2 = _cli(env, "admin", "create-key", "--role", "admin").strip()
+        alice_admin = _cli(env, "admin", "create-key", "--role", "admin", "--actor", "alice")
         obs = [
             {"id": f"o{i}", "features": {"user": f"u{i % 3}", "item": f"i{i}"}, "label": str(i % 2)}
             for i in range(40)
@@ -87,12 +89,20 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             "ticket 42: verify a label",
         )
         rid = orjson.loads(out)["id"]
+        assert orjson.loads(out)["requester_actor"] == "alice"
+        # alice's admin key cannot approve alice's request (separation of duties)
+        p = cli(
+            "unlock", "approve", *common, "--key", alice_admin.strip(), rid,
+            env=env, stdin=shares[1] + "\n",
+        )  # fmt: skip
+        assert p.returncode != 0 and "403" in p.stderr and "SelfApproval" in p.stderr
+        assert shares[1] not in p.stdout + p.stderr
         out = _cli(env, "unlock", "approve", *common, "--key", admin, rid, stdin=shares[0] + "\n")
         assert orjson.loads(out)["status"] == "pending"
         out = _cli(env, "unlock", "approve", *common, "--key", admin2, rid, stdin=shares[2] + "\n")
         assert orjson.loads(out)["status"] == "granted"
         out = _cli(env, "unlock", "list", *common, "--key", admin, "--status", "granted")
-        assert rid in out and "granted" in out and "windows 1..1" in out
+        assert rid in out and "granted" in out and "windows 1..1" in out and "(alice)" in out
         out = _cli(env, "unlock", "list", *common, "--key", admin, "--status", "pending")
         assert rid not in out and "no unlock requests with status pending" in out
         out = _cli(env, "unlock", "list", *common, "--key", analyst)  # an analyst's own
@@ -153,6 +163,7 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             "stream.forced_roll",
             "unlock.request",
             "unlock.approve",
+            "unlock.refused",
             "unlock.grant",
             "unlock.export",
             "unlock.close",
