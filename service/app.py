@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,6 +42,7 @@ from service.coldstore.service import init_embedded_key, warn_without_key
 from service.config import Settings
 from service.context import AppContext, make_process_pool
 from service.core import logsafe
+from service.db import session as db_session
 from service.errors import ServiceError
 from workers import runner
 
@@ -205,6 +207,22 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             exc.status_code, "HTTPError"
         )
         return _error(exc.status_code, kind, str(exc.detail))
+
+    @app.exception_handler(OperationalError)
+    async def _database(_: Request, exc: OperationalError) -> JSONResponse:
+        """The database stayed locked past the wait (SQLite's busy timeout): 503 with
+        Retry-After; any other operational error goes on to ``_unexpected`` (500)."""
+        if not db_session.is_busy(exc):
+            raise exc
+        log.warning("database busy: %s", logsafe.type_name(exc))
+        retry = db_session.RETRY_AFTER_SECONDS
+        return _error(
+            503,
+            "DatabaseBusy",
+            "the database is busy: another writer held its lock past the wait of "
+            f"{settings.sqlite_busy_timeout_seconds:g} s; retry in {retry} s",
+            {"Retry-After": str(retry)},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

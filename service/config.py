@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # The Redis URL names a node of a Redis Cluster.
     redis_cluster: bool = False
     database_url: str | None = None
+    # SQLite only: how long a statement waits for the write lock (SQLite retries meanwhile)
+    # before the request answers 503 with Retry-After (service.db.session).
+    sqlite_busy_timeout_seconds: float = Field(default=10.0, ge=0.05, le=300.0)
     coldstore_dir: Path | None = None
     admin_key: str | None = None
     # Prefix of every Redis key this deployment writes (tests use a unique one per run).

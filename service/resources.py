@@ -217,7 +217,9 @@ async def build(settings: Settings, *, embedded: EmbeddedRedis | None = None) ->
         if embedded is None:
             raise ValueError("embedded mode needs an EmbeddedRedis")
         redis = embedded.client()
-    engine = make_engine(settings.resolved_database_url)
+    engine = make_engine(
+        settings.resolved_database_url, busy_timeout_seconds=settings.sqlite_busy_timeout_seconds
+    )
     keys = Keys(settings.redis_prefix)
     return AppContext(
         settings=settings,

@@ -19,11 +19,10 @@ StreamPath = Path(pattern=NAME_PATTERN, max_length=64)
     response_model=StreamOut,
     responses=error_responses(Conflict, ValidationError),
 )
-async def create_stream(
-    body: StreamCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
-) -> StreamOut:
-    out = await lifecycle_streams.create(ctx=ctx, session=session, stream_in=body)
-    await session.commit()
+async def create_stream(body: StreamCreate, ctx: CtxDep, who: AdminKey) -> StreamOut:
+    """Register a stream. Its rows are written in short transactions of their own, around the
+    preparation of its first windows in Redis (no SQL transaction waits on Redis)."""
+    out = await lifecycle_streams.create(ctx=ctx, stream_in=body)
     await audit.record(
         ctx.sessionmaker,
         actor=who.key_id,

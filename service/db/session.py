@@ -75,8 +75,33 @@ def check_url(url: str) -> None:
         ) from None
 
 
-def make_engine(url: str) -> AsyncEngine:
-    """An engine on ``url`` (``DatabaseURLError`` when it names no database it can open)."""
+BUSY_TIMEOUT_SECONDS = 10.0  # the default of ``Settings.sqlite_busy_timeout_seconds``
+RETRY_AFTER_SECONDS = 2  # what a 503 for a busy database tells the client
+# SQLite's SQLITE_BUSY / SQLITE_LOCKED texts; PostgreSQL's lock_not_available (lock_timeout)
+_BUSY_TEXTS = ("database is locked", "database table is locked", "database is busy")
+_BUSY_SQLSTATES = frozenset({"55P03"})
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` (a SQLAlchemy ``OperationalError``) says the database stayed locked by
+    another writer past the wait (``busy_timeout`` on SQLite): the caller answers 503 with
+    ``Retry-After``, never 500. Only the driver's error code and fixed text are read."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    if getattr(orig, "sqlstate", None) in _BUSY_SQLSTATES:
+        return True
+    text = str(orig.args[0]) if getattr(orig, "args", None) else ""
+    return text in _BUSY_TEXTS or getattr(orig, "sqlite_errorname", "") in (
+        "SQLITE_BUSY",
+        "SQLITE_LOCKED",
+    )
+
+
+def make_engine(url: str, *, busy_timeout_seconds: float = BUSY_TIMEOUT_SECONDS) -> AsyncEngine:
+    """An engine on ``url`` (``DatabaseURLError`` when it names no database it can open). On
+    SQLite a statement that finds the write lock taken waits up to ``busy_timeout_seconds``
+    (SQLite retries meanwhile), then fails with "database is locked" (``is_busy``)."""
     check_url(url)
     # hide_parameters: an error's text (str(exc), a traceback) never shows the statement's
     # parameters, which hold rows of reference models, queue records, key hashes (promise 1)
@@ -88,7 +113,7 @@ def make_engine(url: str) -> AsyncEngine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=10000")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
             # deleted rows are overwritten with zeros, not left in free pages (promise 1)
             cur.execute("PRAGMA secure_delete=ON")
             cur.close()

@@ -1,6 +1,7 @@
 """The scheduler tick (the worker's ``windows_tick`` cron job): for every stream, roll it when
 its open window is due (or finish an interrupted roll), make sure the next window is
-prepared, and re-enqueue every unfinished follow-up of earlier rolls."""
+prepared, re-enqueue every unfinished follow-up of earlier rolls, and remove streams whose
+creation died with its process."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 from service.context import AppContext
 from service.lifecycle import followups
+from service.lifecycle import streams as lifecycle_streams
 from service.lifecycle.roll import roll
 from service.streams import repository
 from service.windows import service as windows
@@ -28,4 +30,15 @@ async def tick(ctx: AppContext) -> dict[str, int]:
         except Exception as exc:  # one stream's failure must not stop the others
             log.error("tick failed for stream %s: %s", name, type(exc).__name__)
     requeued = await followups.enqueue_pending(ctx)
-    return {"streams": len(names), "rolled": rolled, "prepared": prepared, "requeued": requeued}
+    try:  # streams whose creation died with its process
+        abandoned = await lifecycle_streams.clean_abandoned(ctx)
+    except Exception as exc:
+        log.error("cleaning abandoned stream creations failed: %s", type(exc).__name__)
+        abandoned = 0
+    return {
+        "streams": len(names),
+        "rolled": rolled,
+        "prepared": prepared,
+        "requeued": requeued,
+        "abandoned_creations": abandoned,
+    }

@@ -10,20 +10,29 @@ from collections.abc import AsyncIterator
 from redis.exceptions import LockError
 
 from service.context import AppContext
-from service.errors import Unavailable
+from service.errors import ServiceError, Unavailable
 
 LOCK_WAIT_SECONDS = 600.0  # a caller waits this long for the holder to finish
 
 
 @contextlib.asynccontextmanager
-async def stream_lock(ctx: AppContext, name: str) -> AsyncIterator[None]:
+async def stream_lock(
+    ctx: AppContext,
+    name: str,
+    *,
+    wait: float = LOCK_WAIT_SECONDS,
+    busy: ServiceError | None = None,
+) -> AsyncIterator[None]:
     """Hold stream ``name``'s lock, renewed while held: it expires ``roll_lock_seconds`` after
     its holder dies, so a killed holder blocks the next one for at most that long, however
-    long a live one takes."""
+    long a live one takes. Waits up to ``wait`` seconds, then raises ``busy`` (default: 503).
+    A stream's creation holds it too, from before its row exists until it is ready."""
     ttl = ctx.settings.roll_lock_seconds
-    lock = ctx.stores.windows.lock(name, "roll", timeout=ttl, blocking_timeout=LOCK_WAIT_SECONDS)
+    lock = ctx.stores.windows.lock(name, "roll", timeout=ttl, blocking_timeout=wait)
     if not await lock.acquire():
-        raise Unavailable(f"stream {name!r} is being rolled by another process; retry later")
+        raise busy or Unavailable(
+            f"stream {name!r} is being rolled by another process; retry later"
+        )
 
     async def renew() -> None:
         while True:

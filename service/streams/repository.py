@@ -5,23 +5,57 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import CountTable, Stream, Window
 
+READY = "ready"
+CREATING = "creating"  # its first windows are being prepared: invisible to every other lookup
+
 
 async def get_by_name(
-    session: AsyncSession, name: str, *, for_update: bool = False
+    session: AsyncSession, name: str, *, for_update: bool = False, creating: bool = False
 ) -> Stream | None:
+    """The ready stream ``name`` (``creating``: in whatever state, for its creation)."""
     stmt = select(Stream).where(Stream.name == name)
+    if not creating:
+        stmt = stmt.where(Stream.state == READY)
     if for_update:
         stmt = stmt.with_for_update()
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
 async def list_streams(session: AsyncSession) -> Sequence[Stream]:
-    return (await session.execute(select(Stream).order_by(Stream.id))).scalars().all()
+    """Every ready stream."""
+    stmt = select(Stream).where(Stream.state == READY).order_by(Stream.id)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def list_creating(session: AsyncSession) -> Sequence[Stream]:
+    stmt = select(Stream).where(Stream.state == CREATING).order_by(Stream.id)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def mark_ready(session: AsyncSession, stream_id: int, at: datetime) -> bool:
+    """A creating stream becomes ready; its first window opens ``at``. False when it is not
+    (no longer) creating."""
+    done = await session.execute(
+        update(Stream)
+        .where(Stream.id == stream_id, Stream.state == CREATING)
+        .values(state=READY, epoch_started_at=at)
+    )
+    if not done.rowcount:  # type: ignore[attr-defined]
+        return False
+    await session.execute(
+        update(Window).where(Window.stream_id == stream_id, Window.epoch == 1).values(opened_at=at)
+    )
+    return True
+
+
+async def delete_creating(session: AsyncSession, stream_id: int) -> None:
+    """Delete a stream that never became ready (its tables and windows go with it)."""
+    await session.execute(delete(Stream).where(Stream.id == stream_id, Stream.state == CREATING))
 
 
 async def create(session: AsyncSession, stream: Stream, tables: list[CountTable]) -> Stream:

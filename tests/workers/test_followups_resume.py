@@ -63,10 +63,7 @@ async def test_a_selection_round_killed_with_its_worker_completes_once(
             "max_tables": 5,
             "privacy": {"mechanism": "none", "epsilon_selection": 50.0},
         }
-        async with ctx.sessionmaker() as session, session.begin():
-            await lifecycle_streams.create(
-                ctx=ctx, session=session, stream_in=StreamCreate.model_validate(body)
-            )
+        await lifecycle_streams.create(ctx=ctx, stream_in=StreamCreate.model_validate(body))
         batch = IngestIn.model_validate({"observations": _xor_rows(1500)})
         await ingest.ingest(ctx=ctx, name=name, body=batch, idempotency_key=None)
         assert await lifecycle_roll.roll(ctx=ctx, name=name) == 2  # enqueues the follow-ups
