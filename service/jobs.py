@@ -39,8 +39,8 @@ RESERVATION_SECONDS = 120
 """A request's place in the user-job backlog, between its admission and its job's enqueue,
 lapses this long after its admission if the request never gives it back (a killed API)."""
 RETRY_AFTER_SECONDS = 30
-"""``Retry-After`` of a refused user job: about half of the longest an inline
-k-anonymisation may run (BENCHMARKS.md, "Anonymization job size"), when a slot may free."""
+"""``Retry-After`` of a refused user job: about the run time of an inline k-anonymisation at
+its size bound (BENCHMARKS.md, "Anonymization job size"), when a place may have freed."""
 
 
 def job_class(function: str) -> str:

@@ -1,5 +1,7 @@
-"""The worker: SAQ on the service's Redis, with all jobs and cron schedules declared here.
-``selectivity worker`` runs it alone (production); embedded mode runs it inside the API.
+"""The workers: SAQ on the service's Redis, with all jobs and cron schedules declared here. One
+SAQ worker per job class (``service.jobs``: the service's own jobs and crons, and user jobs),
+each on its own queue with its own slots; ``selectivity worker [--queues ...]`` runs them
+alone (production), embedded mode inside the API. Each recovers the lost jobs of its own queue.
 
 Recovery from a killed worker. A worker killed with ``kill -9`` leaves its jobs ``active`` in
 Redis, and SAQ (0.26) frees them only when its sweep finds them past their ``timeout`` (up to
