@@ -83,21 +83,37 @@ async def expire(
         deleted_models = await reference.expire(
             ctx=ctx, session=session, stream_id=rt.id, epoch=epoch
         )
-    async with ctx.sessionmaker() as session, session.begin():
+    # No SQL transaction is open while Redis is counted or deleted (on SQLite a transaction
+    # that has written holds the only write lock): read first, then one short transaction
+    # after each window's Redis work (a crash in between: the next expire redoes it, a no-op).
+    async with ctx.sessionmaker() as session:
         read_by_rounds = await _windows_rounds_will_read(session, rt, hot_lo)
-        for w in await repository.windows_to_expire_hot(session, rt.id, hot_lo):
-            if w.epoch in read_by_rounds:
-                continue
-            await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
-            await store.delete_hot(rt.name, w.epoch)
-            await ctx.stores.ingest.forget(rt.name, [w.epoch])  # if an earlier expire failed
-            w.hot_deleted_at = now
-            await _drop_segment_statistics(session, w)
-            deleted_hot += 1
-        for w in await repository.windows_past_retention(session, rt.id, count_lo):
-            await store.delete_tables(rt.name, w.epoch, ids)
-            w.state, w.expired_at = "expired", now
-            deleted_tables += 1
+        hot = [
+            w
+            for w in await repository.windows_to_expire_hot(session, rt.id, hot_lo)
+            if w.epoch not in read_by_rounds
+        ]
+        past = list(await repository.windows_past_retention(session, rt.id, count_lo))
+    for w in hot:
+        await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
+        await store.delete_hot(rt.name, w.epoch)
+        await ctx.stores.ingest.forget(rt.name, [w.epoch])  # if an earlier expire failed
+        async with ctx.sessionmaker() as session, session.begin():
+            row = await session.get(Window, w.id)
+            if row is not None:
+                row.hot_deleted_at = now
+                await _drop_segment_statistics(session, row)
+        deleted_hot += 1
+    for w in past:
+        await store.delete_tables(rt.name, w.epoch, ids)
+    if past:
+        async with ctx.sessionmaker() as session, session.begin():
+            await session.execute(
+                update(Window)
+                .where(Window.id.in_([w.id for w in past]))
+                .values(state="expired", expired_at=now)
+            )
+        deleted_tables = len(past)
     # every aggregate older than the served one: the previous epoch's holds the window whose
     # tables went at this roll (docs/ARCHITECTURE.md, "Life cycle")
     served = min(epoch, await store.served(rt.name) or epoch)

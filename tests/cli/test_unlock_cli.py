@@ -45,7 +45,9 @@ def test_unlock_flow_over_the_cli(tmp_path: Path) -> None:
             "labels": ["0", "1"],
             "hot_windows": 1,
         }
-        assert httpx.post(f"{base}/v1/streams", headers=h, json=body).status_code == 201
+        # the first creation starts the process pool that draws the noise: seconds on a busy host
+        r = httpx.post(f"{base}/v1/streams", headers=h, json=body, timeout=120)
+        assert r.status_code == 201, r.text
         producer = _cli(env, "admin", "create-key", "--role", "producer").strip()
         analyst = _cli(env, "admin", "create-key", "--role", "analyst", "--actor", "alice").strip()
         admin2 = _cli(env, "admin", "create-key", "--role", "admin").strip()
