@@ -39,6 +39,7 @@ from service.db.models import (
     Window,
 )
 from service.errors import Conflict, Forbidden, NotFound, ServiceError, Unavailable, ValidationError
+from service.streams import repository as streams_repository
 from service.vault import Grant, Share
 
 
@@ -120,7 +121,7 @@ async def create_request(
     later open onto data nobody approved) or for a time range ending in the future is
     refused."""
     async with ctx.sessionmaker() as session, session.begin():
-        stream = await session.scalar(select(Stream).where(Stream.name == body.stream))
+        stream = await streams_repository.get_by_name(session, body.stream)  # ready ones
         if stream is None:
             raise NotFound(f"stream {body.stream!r} not found")
         if body.to_window is not None:
