@@ -27,9 +27,9 @@ from service.api import audits as audits_router
 from service.api import coldstore as coldstore_router
 from service.api import features as features_router
 from service.api import ingest as ingest_router
+from service.api import limits, openapi
 from service.api import metrics as operator_metrics
 from service.api import models as models_router
-from service.api import openapi
 from service.api import plan as plan_router
 from service.api import privacy as privacy_router
 from service.api import queues as queues_router
@@ -64,51 +64,6 @@ def _loc(loc: tuple) -> str:
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
     return out or "body"
-
-
-class BodyLimit:
-    """Refuse bodies over ``max_body_bytes`` with 413, whether or not Content-Length is sent."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _error(
-                    413,
-                    "PayloadTooLarge",
-                    f"body of {int(value)} bytes exceeds the limit of {self.limit}",
-                )(scope, receive, send)
-                return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge(self.limit)
-            return msg
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge as exc:  # raised where no route's error handling saw it
-            await _error(413, "PayloadTooLarge", exc.detail)(scope, receive, send)
-
-
-class _TooLarge(StarletteHTTPException):
-    """A body (chunked, or longer than its Content-Length said) past the limit. An HTTP
-    exception, so that FastAPI's body reader re-raises it as it is (any other exception there
-    becomes 400 "There was an error parsing the body") and the handler answers 413."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"body exceeds the limit of {limit} bytes")
 
 
 class Metrics:
@@ -280,7 +235,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         return PlainTextResponse(operator_metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(Metrics)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(limits.BodyLimit, settings=settings)  # per endpoint: api.limits
     if ctx is not None:
         app.state.ctx = ctx
     return app

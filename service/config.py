@@ -76,6 +76,18 @@ class Settings(BaseSettings):
 
     # Request limits (every endpoint has them; a 413/422 names the limit).
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    # Bodies of every endpoint that takes no batch (service.api.limits.LARGE_BODY_ROUTES).
+    max_small_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # A body over heavy_body_bytes (or chunked) is parsed and validated in a worker thread,
+    # heavy_requests at a time (parsing holds the interpreter lock: a second one would only
+    # slow the event loop down, not go faster); one that finds no slot within
+    # heavy_wait_seconds gets 429.
+    heavy_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    heavy_requests: int = Field(default=1, ge=1, le=64)
+    heavy_wait_seconds: float = Field(default=10.0, ge=0.1, le=300.0)
+    # Calculations of the (β, k, ε, δ) calculator at once (service.privacy.service), each in
+    # a worker thread; one that finds none free within heavy_wait_seconds gets 429.
+    calculator_concurrency: int = Field(default=1, ge=1, le=16)
     max_batch: int = Field(default=10_000, ge=1)
     max_string_length: int = Field(default=256, ge=8)
     max_features: int = Field(default=256, ge=1)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    model_validator,
+)
 
 from service.core.hierarchy import parse_hierarchy
 from service.streams.schemas import NAME_PATTERN
@@ -49,6 +56,14 @@ Row = Annotated[dict[ColumnName, Value], Field(max_length=MAX_COLUMNS)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class CheckedOnce(Strict):
+    """A body whose whole-body check (``_consistent``, linear in its rows) runs once per
+    instance: a large body is validated in a worker thread (``service.api.limits``), and
+    FastAPI's second validation of the same instance, on the event loop, skips it."""
+
+    _checked: bool = PrivateAttr(default=False)
 
 
 class SourceIn(Strict):
@@ -116,7 +131,7 @@ def _check_names(
     return names
 
 
-class AnonymizationCreate(Strict):
+class AnonymizationCreate(CheckedOnce):
     source: SourceIn
     k: int = Field(ge=2, le=MAX_K, description="every released cluster has at least k rows")
     quasi_identifiers: list[QuasiIdentifierIn] = Field(min_length=1, max_length=MAX_QIS)
@@ -131,6 +146,8 @@ class AnonymizationCreate(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> AnonymizationCreate:
+        if self._checked:
+            return self
         rows = self.source.rows
         if rows is not None and len(rows) < self.k:
             raise ValueError(f"source.rows: {len(rows)} rows, fewer than k={self.k}")
@@ -149,6 +166,7 @@ class AnonymizationCreate(Strict):
             raise ValueError(f"keep: {both[0]!r} is a quasi-identifier")
         if len(set(self.keep)) != len(self.keep):
             raise ValueError("keep: a name occurs twice")
+        self._checked = True
         return self
 
 
@@ -181,7 +199,7 @@ MAX_SAMPLE = 2000
 IML_ID_PATTERN = r"^iw_[0-9a-f]{32}$"
 
 
-class WeightsSessionCreate(Strict):
+class WeightsSessionCreate(CheckedOnce):
     """An iML session over the first ``sample`` rows of a source (the study used the first
     500 complete Adult rows)."""
 
@@ -195,8 +213,10 @@ class WeightsSessionCreate(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> WeightsSessionCreate:
-        rows = self.source.rows
-        _check_names(self.quasi_identifiers, self.weights, rows and rows[: self.sample], [])
+        if not self._checked:
+            rows = self.source.rows
+            _check_names(self.quasi_identifiers, self.weights, rows and rows[: self.sample], [])
+            self._checked = True
         return self
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
@@ -88,6 +89,23 @@ async def trained(
     )
 
 
+EVENT_ID = re.compile(r"[0-9]{1,19}")
+
+
+def event_id(header: str | None) -> int:
+    """``Last-Event-ID``: an id this service sent, ASCII digits from 0 to 2⁶³−1 (0, or no
+    header: from the start). ``str.isdigit`` is no test: it accepts '²' and other digits
+    ``int`` refuses. The value is never repeated."""
+    if not header:
+        return 0
+    if not EVENT_ID.fullmatch(header) or int(header) > INT64_MAX:
+        raise ValidationError(
+            f"Last-Event-ID: must be the id of an event this service sent, ASCII digits from 0 "
+            f"to {INT64_MAX}"
+        )
+    return int(header)
+
+
 @router.get(
     "/{stream}/events",
     responses={
@@ -110,15 +128,7 @@ async def events(
         default=300, ge=0, le=3600, description="how long to wait for new events; 0: backlog"
     ),
 ) -> StreamingResponse:
-    start = (
-        after
-        if after is not None
-        else int(last_event_id)
-        if (last_event_id and last_event_id.isdigit())
-        else 0
-    )
-    if start > INT64_MAX:
-        raise ValidationError(f"Last-Event-ID: must be at most {INT64_MAX}")
+    start = after if after is not None else event_id(last_event_id)
     body = await service.events(ctx=ctx, name=stream, after=start, follow_seconds=follow_seconds)
     return StreamingResponse(
         body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}

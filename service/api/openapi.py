@@ -28,6 +28,7 @@ AUTH_ERRORS = {
 BODY_ERRORS = {
     413: "PayloadTooLarge: the body (or a batch in it) is over its documented limit",
     415: "UnsupportedMediaType: the body was not sent as 'Content-Type: application/json'",
+    429: "TooManyRequests: a large body found no free slot in time (Retry-After)",
 }
 VALIDATION = "ValidationError: a parameter or the body is invalid; detail names the field"
 NOT_FOUND = "NotFound: the resource named in the path does not exist"

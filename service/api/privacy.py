@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
+from service.api import limits
 from service.api.deps import AnyKey, CtxDep, JsonRoute, SessionDep
 from service.api.streams import StreamPath
-from service.errors import NotFound, ValidationError, error_responses
+from service.errors import NotFound, TooManyRequests, ValidationError, error_responses
 from service.privacy import service
 from service.privacy.releases import Viewer
 from service.privacy.schemas import KAnonIn, KAnonOut
@@ -41,9 +42,11 @@ calculator_router = APIRouter(prefix="/v1/privacy", tags=["privacy"], route_clas
 @calculator_router.post(
     "/sampling-k-anonymity",
     response_model=KAnonOut,
-    responses=error_responses(ValidationError),
+    responses=error_responses(ValidationError, TooManyRequests),
 )
-async def sampling_k_anonymity(body: KAnonIn, _: AnyKey) -> KAnonOut:
+async def sampling_k_anonymity(body: KAnonIn, request: Request, _: AnyKey) -> KAnonOut:
     """(β, k, ε) → δ by Li, Qardaji & Su's Theorem 5; omit k or beta and give delta to solve
-    for the smallest k or the largest β that reaches it."""
-    return await service.sampling_k_anonymity(body)
+    for the smallest k or the largest β that reaches it. A solve that would need more than
+    the calculator's bound of work (under a second) is a 422; answers are cached."""
+    slot = limits.gate(request, "calculator").hold()
+    return await service.sampling_k_anonymity(body, slot=slot)

@@ -69,11 +69,25 @@ EPSILON_MAX = 50.0
 LOG_DELTA_MIN = math.log(1e-300)  # targets below this are refused
 CHUNK = 4096
 GRID = 33  # β grid of largest_beta
-N_SEARCH_SPAN = 50_000_000  # n past n_m; far above what the bounded inputs need (tested)
+MAX_SEARCH_N = 2**16
+"""The most n one δ evaluates (the search past n_m): the worst of the input box is about
+18,500 (β = BETA_MIN, ε at its boundary, k = K_MAX; ``tests/core/test_kanon_bounds.py``),
+0.1 s at the 5 µs or so an evaluation takes on one core (more when the core is shared)."""
+SOLVE_BUDGET_N = 2**17
+"""The most n a solve (``smallest_k``, ``largest_beta``: tens of δ) evaluates in all, well
+under a second on one core; a solve that would need more is refused (``WorkLimit``): only
+near the corner β ≈ BETA_MIN with ε near −ln(1−β). Counted the same whether a δ came from the
+cache or not, so the answer never depends on what was asked before."""
+DELTA_CACHE = 4096  # δ by its exact (k, β, ε, stopping): queues and solves ask again and again
 Stopping = Literal["kl", "design"]
 _NEAR = 1e-9  # γn within this (relative) of an integer: decided exactly (module docstring)
 EPSILON_SLACK = 2.0**-51  # τ(β) = EPSILON_SLACK·(1 + ε_β): the boundary's tolerance (docstring)
 _EXP_DIGITS = (40, 80, 160, 320, 640, 1280)
+
+
+class WorkLimit(ValueError):
+    """A computation past its bound (``MAX_SEARCH_N``, ``SOLVE_BUDGET_N``); the message names
+    the inputs and the bound."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,11 @@ class KAnonDelta:
     n_m: int
     n_max: int  # the n where the maximum was reached
     n_searched: int  # the n where the Chernoff bound stopped the search
+
+    @property
+    def work(self) -> int:
+        """How many n were evaluated."""
+        return self.n_searched - self.n_m + 1
 
 
 class _Exp:
@@ -273,9 +292,11 @@ def chernoff_rate(*, g: float, beta: float, rule: Stopping = "kl") -> float:
     return base + ((1 - g) * math.log((1 - g) / (1 - beta)) if g < 1 else -math.log1p(-beta))
 
 
+@lru_cache(maxsize=DELTA_CACHE)
 def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> KAnonDelta:
     """δ(k, β, ε) of Theorem 5 (module docstring), at ``effective_epsilon`` (reported as the
-    result's ``epsilon``)."""
+    result's ``epsilon``). Cached by its exact arguments; at most ``MAX_SEARCH_N`` values of n
+    are evaluated (``WorkLimit`` past it)."""
     check(beta=beta, k=k, epsilon=epsilon)
     epsilon = effective_epsilon(beta=beta, epsilon=epsilon)
     g = gamma(beta=beta, epsilon=epsilon)
@@ -285,7 +306,7 @@ def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> 
     rate = chernoff_rate(g=g, beta=beta, rule=stopping)
     best, n_best = -math.inf, n_m
     lo = n_m
-    stop = n_m + N_SEARCH_SPAN
+    stop = n_m + MAX_SEARCH_N - 1
     size = 64
     while lo <= stop:
         n = np.arange(lo, min(lo + size, stop + 1), dtype=np.float64)
@@ -299,7 +320,10 @@ def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> 
         lo = int(n[-1]) + 1
         size = min(size * 2, CHUNK * 16)
     if lo <= stop:  # pragma: no cover - the input bounds keep the search far below this
-        raise ValueError("the search for the maximum did not end; inputs out of range")
+        raise WorkLimit(
+            f"beta, k, epsilon: delta at beta={beta}, k={k}, epsilon={epsilon} needs more "
+            f"than the bound of {MAX_SEARCH_N} evaluations"
+        )
     return KAnonDelta(
         beta=beta,
         k=k,
@@ -311,6 +335,24 @@ def delta(*, k: int, beta: float, epsilon: float, stopping: Stopping = "kl") -> 
         n_max=n_best,
         n_searched=lo - 1,
     )
+
+
+class _Work:
+    """The n a solve has evaluated, against ``SOLVE_BUDGET_N``."""
+
+    def __init__(self, solving: str) -> None:
+        self.solving = solving
+        self.n = 0
+
+    def add(self, r: KAnonDelta) -> KAnonDelta:
+        self.n += r.work
+        if self.n > SOLVE_BUDGET_N:
+            raise WorkLimit(
+                f"{self.solving} needs more than the calculator's bound of {SOLVE_BUDGET_N} "
+                "evaluations (under a second): the search is long where beta is small and "
+                "epsilon near -ln(1-beta); a larger epsilon needs less"
+            )
+        return r
 
 
 def _check_target(target: float) -> float:
@@ -326,9 +368,10 @@ def smallest_k(*, beta: float, epsilon: float, target_delta: float) -> KAnonDelt
     """The smallest k with δ(k, β, ε) ≤ target (δ is non-increasing in k: bisection)."""
     log_t = _check_target(target_delta)
     check(beta=beta, epsilon=epsilon)
+    work = _Work(f"k, delta: solving for k at beta={beta}, epsilon={epsilon}, delta={target_delta}")
 
     def ok(k: int) -> bool:
-        return delta(k=k, beta=beta, epsilon=epsilon).log_delta <= log_t
+        return work.add(delta(k=k, beta=beta, epsilon=epsilon)).log_delta <= log_t
 
     hi = 1
     while not ok(hi):
@@ -376,8 +419,10 @@ def largest_beta(
     while cap > BETA_MIN and exp.sign(1 - Fraction(cap), 1) <= 0:
         cap = math.nextafter(cap, 0.0)
 
+    work = _Work(f"beta, delta: solving for beta at k={k}, epsilon={epsilon}, delta={target_delta}")
+
     def at(b: float) -> KAnonDelta:
-        return delta(k=k, beta=b, epsilon=epsilon)
+        return work.add(delta(k=k, beta=b, epsilon=epsilon))
 
     grid = np.linspace(BETA_MIN, cap, GRID).tolist()
     lo = None

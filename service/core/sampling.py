@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -34,11 +35,63 @@ def bernoulli_mask(n: int, beta: float, *, random_bytes: RandomBytes | None = No
     return np.frombuffer(raw, dtype="<u8") < np.uint64(threshold)
 
 
-def canonical_text(text: str) -> str:
+NFKC_GROWTH = 18
+"""The most characters one code point becomes in ``canonical_text`` (U+FDFA, 18 under NFKC;
+case folding adds none beyond it in Unicode 14: ``tests/core/test_sampling.py`` checks every
+code point)."""
+_PIECE = 64  # code points normalised at a time when the result may be over its limit
+_ASCII = re.compile(r"[\x00-\x7f]")
+
+
+class TextTooLong(ValueError):
+    """The canonical form is longer than the limit (the message names only the limit)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"longer than {limit} characters after normalisation")
+        self.limit = limit
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` cut before ASCII characters, every ``_PIECE`` code points or more. No step of
+    ``_fold`` crosses such a cut: NFKC decomposes one character at a time, reorders only runs
+    of non-starters (an ASCII character is a starter) and never composes an ASCII character
+    onto the one before it (no canonical pair ends in one); case folding is per character and
+    keeps ASCII ASCII."""
+    start = 0
+    while start < len(text):
+        m = _ASCII.search(text, start + _PIECE)
+        end = m.start() if m else len(text)
+        yield text[start:end]
+        start = end
+
+
+def canonical_text(text: str, *, max_chars: int | None = None) -> str:
     """NFKC, case-folded, white space collapsed to single spaces and trimmed. Case folding can
-    un-normalise some characters, so NFKC is applied again after it."""
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(folded.split())
+    un-normalise some characters, so NFKC is applied again after it.
+
+    With ``max_chars``, a canonical form longer than that raises ``TextTooLong``, and the work
+    stops near the limit: a text that could grow past it (``NFKC_GROWTH`` characters per code
+    point) is normalised piece by piece, and refused as soon as the pieces' forms, each with
+    its white space collapsed (their sum is at most the whole one's length), exceed it."""
+    if max_chars is None or len(text) * NFKC_GROWTH <= max_chars:
+        folded = _fold(text)
+    else:
+        parts, least = [], 0
+        for piece in _pieces(text):
+            part = _fold(piece)
+            least += len(" ".join(part.split()))
+            if least > max_chars:
+                raise TextTooLong(max_chars)
+            parts.append(part)
+        folded = "".join(parts)
+    out = " ".join(folded.split())
+    if max_chars is not None and len(out) > max_chars:
+        raise TextTooLong(max_chars)
+    return out
 
 
 def _canonical_value(v: Any) -> Any:

@@ -4,7 +4,9 @@ recomputable from the stored configuration, by ``service.core.accounting``."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -323,9 +325,39 @@ async def get(
     return out
 
 
-async def sampling_k_anonymity(body: KAnonIn) -> KAnonOut:
-    """The calculator, off the event loop (an inverse search takes up to about a second)."""
-    return await asyncio.to_thread(calculate, body)
+CALCULATOR_CACHE = 1024
+_answers: OrderedDict[tuple[float | None, int | None, float, float | None], KAnonOut | str] = (
+    OrderedDict()
+)
+"""The calculator's answers (or the 422's detail) by their exact inputs, most recent last;
+read and written on the event loop only."""
+
+
+async def sampling_k_anonymity(body: KAnonIn, *, slot: AbstractAsyncContextManager) -> KAnonOut:
+    """The calculator: an answer given before (or its 422) at once; otherwise computed in a
+    worker thread while holding ``slot`` (the calculator's bounded concurrency). A solve's
+    work is bounded by ``kanon.SOLVE_BUDGET_N`` (under a second), a δ's by
+    ``kanon.MAX_SEARCH_N``."""
+    key = (body.beta, body.k, body.epsilon, body.delta)
+    answer = _answers.get(key)
+    if answer is None:
+        async with slot:
+            answer = _answers.get(key)  # the request this one waited for may have made it
+            if answer is None:
+                answer = _answers[key] = await asyncio.to_thread(_answer, body)
+                if len(_answers) > CALCULATOR_CACHE:
+                    _answers.popitem(last=False)
+    _answers.move_to_end(key)
+    if isinstance(answer, str):
+        raise ValidationError(answer)
+    return answer
+
+
+def _answer(body: KAnonIn) -> KAnonOut | str:
+    try:
+        return calculate(body)
+    except ValidationError as exc:
+        return exc.detail
 
 
 def calculate(body: KAnonIn) -> KAnonOut:

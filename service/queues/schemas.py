@@ -122,7 +122,13 @@ class QueueList(BaseModel):
 
 
 class CandidateIn(Strict):
-    text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS)
+    text: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description=f"at most {MAX_TEXT_CHARS} characters as sent and in its canonical form "
+        "(NFKC, case-folded, white space collapsed), which can be up to 18 times longer",
+    )
     record: dict[str, Scalar] | None = Field(default=None, max_length=256)
     uncertainty: float | None = Field(default=None, ge=0, le=1)
 

@@ -56,13 +56,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.context import AppContext
 from service.core import kanon
 from service.core.accounting import Part
-from service.core.sampling import bernoulli_mask, canonical_record, canonical_text
+from service.core.runtime import StreamRuntime
+from service.core.sampling import TextTooLong, bernoulli_mask, canonical_record, canonical_text
 from service.db.models import AnnotationQueue
 from service.errors import Conflict, NotFound, PayloadTooLarge, Unavailable, ValidationError
 from service.ingest import service as ingest
 from service.ingest.schemas import IngestIn, ObservationIn
 from service.queues import repository
 from service.queues.schemas import (
+    MAX_TEXT_CHARS,
     RELEASE_SECONDS_DEFAULT,
     CandidatesIn,
     CandidatesOut,
@@ -141,7 +143,18 @@ def default_epsilon(beta: float) -> float:
     return max(1.0, kanon.covered_epsilon(beta=beta))
 
 
-def _out(rt: QueueRuntime) -> QueueOut:
+async def _deltas(rts: list[QueueRuntime]) -> list[kanon.KAnonDelta]:
+    """Each queue's δ at its (k, β, ε), in a worker thread: a first one can take a tenth of a
+    second (β near its minimum, ε near −ln(1−β)); ``kanon.delta`` caches it by its exact
+    parameters, which never change for a queue."""
+
+    def compute() -> list[kanon.KAnonDelta]:
+        return [kanon.delta(k=rt.k, beta=rt.beta, epsilon=rt.epsilon) for rt in rts]
+
+    return await asyncio.to_thread(compute)
+
+
+def _out(rt: QueueRuntime, delta: float) -> QueueOut:
     return QueueOut(
         name=rt.name,
         beta=rt.beta,
@@ -153,7 +166,7 @@ def _out(rt: QueueRuntime) -> QueueOut:
         lease_seconds=rt.lease_seconds,
         release_seconds=rt.release_seconds,
         epsilon=rt.epsilon,
-        delta=kanon.delta(k=rt.k, beta=rt.beta, epsilon=rt.epsilon).delta,
+        delta=delta,
         accept_delta_above_ceiling=rt.accept_delta_above_ceiling,
         created_at=rt.created_at,
     )
@@ -166,6 +179,8 @@ def _ceiling_refusal(
     try:
         k = kanon.smallest_k(beta=queue_in.beta, epsilon=epsilon, target_delta=ceiling).k
         fix = f"k >= {k} meets it at this beta and epsilon; or lower beta, raise epsilon"
+    except kanon.WorkLimit:  # the search for that k is past the calculator's bound
+        fix = "raise k or epsilon, or lower beta"
     except ValueError:
         fix = f"no k <= {kanon.K_MAX} meets it at this beta and epsilon; lower beta or raise it"
     return ValidationError(
@@ -200,7 +215,7 @@ async def create(
     epsilon = kanon.effective_epsilon(
         beta=queue_in.beta, epsilon=queue_in.epsilon or default_epsilon(queue_in.beta)
     )
-    d = kanon.delta(k=queue_in.k, beta=queue_in.beta, epsilon=epsilon)
+    d = await asyncio.to_thread(kanon.delta, k=queue_in.k, beta=queue_in.beta, epsilon=epsilon)
     if d.delta > delta_ceiling and not queue_in.accept_delta_above_ceiling:
         raise await asyncio.to_thread(_ceiling_refusal, queue_in, epsilon, d.delta, delta_ceiling)
     config = queue_in.model_dump(exclude={"name"})
@@ -216,7 +231,7 @@ async def create(
             created_by=created_by,
         ),
     )
-    return _out(_runtime(row))
+    return _out(_runtime(row), d.delta)
 
 
 async def get(*, session: AsyncSession, name: str) -> AnnotationQueue:
@@ -241,11 +256,13 @@ async def runtime(*, ctx: AppContext, name: str) -> QueueRuntime:
 
 
 async def get_out(*, ctx: AppContext, name: str) -> QueueOut:
-    return _out(await runtime(ctx=ctx, name=name))
+    rt = await runtime(ctx=ctx, name=name)
+    return _out(rt, (await _deltas([rt]))[0].delta)
 
 
 async def list_out(*, session: AsyncSession) -> list[QueueOut]:
-    return [_out(_runtime(q)) for q in await repository.list_queues(session)]
+    rts = [_runtime(q) for q in await repository.list_queues(session)]
+    return [_out(rt, d.delta) for rt, d in zip(rts, await _deltas(rts), strict=True)]
 
 
 # --- candidates ------------------------------------------------------------------------------
@@ -298,19 +315,27 @@ async def _prepare(
     before the sampling: an error never says anything about which candidates were kept, and
     the work does not depend on it. Each candidate comes as (its placeholder, itself kept):
     the sampling only picks one of the two. Client scores of a model-scored queue are not
-    used."""
-    out: list[tuple[Candidate, Candidate]] = []
+    used. The work, proportional to the batch, runs in a worker thread."""
+    srt = None
     if rt.payload_kind == "record":
         assert rt.stream is not None
         srt = await streams.runtime(ctx=ctx, name=rt.stream)
+    return await asyncio.to_thread(
+        _prepare_batch, rt, srt, body, max_string=ctx.settings.max_string_length
+    )
+
+
+def _prepare_batch(
+    rt: QueueRuntime, srt: StreamRuntime | None, body: CandidatesIn, *, max_string: int
+) -> list[tuple[Candidate, Candidate]]:
+    out: list[tuple[Candidate, Candidate]] = []
+    if srt is not None:
         records = []
         for i, c in enumerate(body.candidates):
             if c.record is None:
                 raise ValidationError(f"candidates[{i}].record: queue {rt.name!r} takes records")
             records.append(c.record)
-        check_rows(
-            srt, records, where="candidates[].record", max_string=ctx.settings.max_string_length
-        )
+        check_rows(srt, records, where="candidates[].record", max_string=max_string)
     for i, c in enumerate(body.candidates):
         if rt.uncertainty == "client" and c.uncertainty is None:
             raise ValidationError(
@@ -320,7 +345,14 @@ async def _prepare(
         if rt.payload_kind == "text":
             if c.text is None:
                 raise ValidationError(f"candidates[{i}].text: queue {rt.name!r} takes text")
-            canon = canonical_text(c.text)
+            try:
+                canon = canonical_text(c.text, max_chars=MAX_TEXT_CHARS)
+            except TextTooLong:
+                raise ValidationError(
+                    f"candidates[{i}].text: longer than the limit of {MAX_TEXT_CHARS} "
+                    "characters after normalisation (NFKC, case folding: one character can "
+                    "become up to 18)"
+                ) from None
             if not canon:
                 raise ValidationError(f"candidates[{i}].text: empty after normalisation")
             payload: dict[str, Any] = {"text": canon}
@@ -792,7 +824,8 @@ def privacy_of(rt: QueueRuntime, *, delta_ceiling: float) -> PrivacyOut:
 
 async def privacy(*, ctx: AppContext, name: str) -> PrivacyOut:
     rt = await runtime(ctx=ctx, name=name)
-    return privacy_of(rt, delta_ceiling=ctx.settings.queue_delta_ceiling)
+    # up to seven δ (the curve), cached by kanon.delta
+    return await asyncio.to_thread(privacy_of, rt, delta_ceiling=ctx.settings.queue_delta_ceiling)
 
 
 async def ledger_parts(*, session: AsyncSession, stream_id: int) -> list[Part]:
@@ -800,9 +833,8 @@ async def ledger_parts(*, session: AsyncSession, stream_id: int) -> list[Part]:
     a candidate submitted to such a queue is a record of the stream's kind, and its release
     (or not) is (ε, δ)-DP with respect to it."""
     parts = []
-    for q in await repository.of_stream(session, stream_id):
-        rt = _runtime(q)
-        d = kanon.delta(k=rt.k, beta=rt.beta, epsilon=rt.epsilon)
+    rts = [_runtime(q) for q in await repository.of_stream(session, stream_id)]
+    for rt, d in zip(rts, await _deltas(rts), strict=True):
         parts.append(
             Part(
                 name=f"annotation_queue:{rt.name}",
