@@ -54,6 +54,7 @@ async def add_event(session: AsyncSession, event: StreamEvent) -> StreamEvent:
 async def events_after(
     session: AsyncSession, stream_id: int, after: int, *, limit: int
 ) -> Sequence[StreamEvent]:
+    after = min(after, 2**31 - 1)  # the id is a 32-bit INTEGER: PostgreSQL refuses more
     stmt = (
         select(StreamEvent)
         .where(StreamEvent.stream_id == stream_id, StreamEvent.id > after)
