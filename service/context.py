@@ -40,6 +40,9 @@ class Caches:
     open_epochs: dict[str, int] = field(default_factory=dict)  # ingest
     boosters: dict[tuple[int, int], tuple[int, Any]] = field(default_factory=dict)  # reference
     queue_runtimes: dict[str, tuple[float, Any]] = field(default_factory=dict)  # queues
+    # api.ratelimit: the in-process buckets of LOCAL_CLASSES, (key id, class) → theoretical
+    # arrival time (monotonic seconds)
+    rate_buckets: dict[tuple[str, str], float] = field(default_factory=dict)
     # ingest: (a cold-store key exists, monotonic time of the look-up)
     coldstore_key: tuple[bool, float] = (False, float("-inf"))
 

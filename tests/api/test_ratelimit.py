@@ -149,3 +149,29 @@ async def test_concurrent_creations_never_pass_the_queue_cap(
     assert sorted(r.status_code for r in rs) == [201] * 3 + [403] * 3
     refused = next(r for r in rs if r.status_code == 403)
     assert "SELECTIVITY_MAX_QUEUES_PER_KEY = 3" in refused.json()["detail"]
+
+
+async def test_featurize_is_limited_in_process_without_a_redis_round_trip(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``serve`` class (featurize, predict) keeps its buckets in the API process: the same
+    429 past the limit, and no bucket in Redis."""
+    _set(api, monkeypatch, rate_limits="serve=2/3600")
+    api.ctx.caches.rate_buckets.clear()
+    name = unique("rlserve")
+    body = {
+        "name": name,
+        "features": [{"name": "a"}],
+        "labels": ["0", "1"],
+        "sketch": {"width": 64, "depth": 2},
+        "privacy": {"mechanism": "none"},
+    }
+    assert (await api.post("/v1/streams", "admin", json=body)).status_code == 201
+    url = f"/v1/streams/{name}/featurize"
+    rows = {"rows": [{"a": "x"}]}
+    assert [(await api.post(url, "model", json=rows)).status_code for _ in range(2)] == [200, 200]
+    r = await api.post(url, "model", json=rows)
+    assert r.status_code == 429 and "'serve'" in r.json()["detail"], r.text
+    assert int(r.headers["retry-after"]) >= 1
+    assert await api.ctx.redis.keys(api.ctx.keys.rate("*", "serve")) == []
+    assert len(api.ctx.caches.rate_buckets) == 1
