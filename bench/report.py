@@ -1,16 +1,19 @@
 """Shared plumbing of the benchmarks: timing with repeats, the machine line, plots, and the
-sections they append to BENCHMARKS.md.
+sections they write into BENCHMARKS.md.
 
 A section is generated from tables and plots only (``Table``, ``Plot``): its heading, the command
 that made it, the commit and the machine, then the tables and the images. Explanations belong in
 the benchmarks' docstrings (``selectivity bench <name> --help``) and in hand-written notes, never
-in generated text. Machines here are noisy, so every figure that matters is a ratio against a
-baseline measured in the same run, with medians over repeats."""
+in generated text. Each section sits between ``<!-- bench:KEY -->`` and ``<!-- /bench:KEY -->``
+(KEY: the title's slug), and a new run of the same benchmark replaces it: BENCHMARKS.md shows the
+latest figures, and their history is git's. Machines here are noisy, so every figure that
+matters is a ratio against a baseline measured in the same run, with medians over repeats."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -139,22 +142,40 @@ def body(parts: Sequence[Table | Plot]) -> str:
 
 
 def section(title: str, parts: Sequence[Table | Plot], *, command: str) -> str:
-    """One run's section: heading, command, commit and machine, then the tables and plots."""
+    """One run's section: heading, when, the command, commit and machine, then tables and plots."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"\n## {title} ({stamp})\n\n"
-        f"Command: `{command}` · commit {commit()} · {machine()}\n\n{body(parts)}\n"
+        f"\n## {title}\n\n"
+        f"Run {stamp} · command: `{command}` · commit {commit()} · {machine()}\n\n{body(parts)}\n"
     )
 
 
-def append_section(
-    title: str, parts: Sequence[Table | Plot], *, command: str, path: Path = BENCHMARKS
+def slug(title: str) -> str:
+    """The marker key of a section: its title in lower case, runs of other characters as '-'."""
+    return re.sub(r"[^a-z0-9×]+", "-", title.lower()).strip("-")
+
+
+def replace_section(document: str, key: str, text: str) -> str:
+    """``document`` with the section ``key`` replaced by ``text`` (appended when absent)."""
+    begin, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
+    block = f"{begin}\n{text.strip()}\n{end}"
+    start, stop = document.find(begin), document.find(end)
+    if start >= 0 and stop > start:
+        return document[:start] + block + document[stop + len(end) :]
+    return document.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def write_section(
+    title: str,
+    parts: Sequence[Table | Plot],
+    *,
+    command: str,
+    path: Path = BENCHMARKS,
+    key: str | None = None,
 ) -> str:
-    """Append one run's section to ``path`` (newest last) and print it."""
+    """Write one run's section into ``path`` in place of the last run's, and print it."""
     text = section(title, parts, command=command)
-    if not path.exists():
-        path.write_text("# Benchmarks\n")
-    with path.open("a") as f:
-        f.write(text)
+    document = path.read_text() if path.exists() else "# Benchmarks\n"
+    path.write_text(replace_section(document, key or slug(title), text))
     print(text)
     return text

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import InProcess
-from bench.report import Plot, Table, append_section, plot_path, pyplot, section
+from bench.report import Plot, Table, plot_path, pyplot, section, write_section
 from service import resources
 from service.config import Settings
 from service.counting import service as counting
@@ -449,4 +449,4 @@ def main(argv: list[str]) -> None:
     if args.no_report:
         print(section("Roll time and memory per window", parts, command=command))
     else:
-        append_section("Roll time and memory per window", parts, command=command)
+        write_section("Roll time and memory per window", parts, command=command)

@@ -26,7 +26,7 @@ from rich.progress import Progress
 from sqlalchemy import select
 
 from bench.harness import Config, InProcess
-from bench.report import Plot, Table, append_section, plot_path, pyplot
+from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service.coldstore import crypto
 from service.coldstore import service as coldstore
 from service.counting import service as counting
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> None:
         ["rows of the synthetic click log per run", f"{args.rows:,}", ""],
         ["segments of ≤ 5000 entries", int(results[0]["segments"]), ""],
     ]
-    append_section(
+    write_section(
         "Cold-store sealing vs ingest",
         [Table(["measure", "median", "runs"], rows), Plot("seal", png)],
         command=f"selectivity bench seal --rows {args.rows} --repeats {args.repeats}",

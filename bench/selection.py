@@ -36,7 +36,7 @@ from typing import Any
 
 from bench import movielens
 from bench.harness import Config, InProcess
-from bench.report import Plot, Table, append_section, plot_path, pyplot
+from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service.core.streamconfig import PrivacyIn
 
 EPSILON = 5.0  # per-window table budget of every stream (selection's effect is the point here)
@@ -407,6 +407,6 @@ def main(argv: list[str]) -> None:
     parts: list[Table | Plot] = [setup, ratios, per_epoch, groups, Plot("selection", png)]
     title = "DP count-table selection (MovieLens)"
     if args.out is None:
-        append_section(title, parts, command=command)
+        write_section(title, parts, command=command)
     else:  # a trial run: the section and the raw results beside it, BENCHMARKS.md untouched
-        append_section(title, parts, command=command, path=args.out)
+        write_section(title, parts, command=command, path=args.out)

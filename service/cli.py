@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     ka.add_argument("--delta", type=float, default=None, help="target delta (to solve)")
     ka.set_defaults(fn=cmd_privacy_kanon)
     cli_plan.register(pv)
-    bp = sub.add_parser("bench", help="run a benchmark; appends its figures to BENCHMARKS.md")
+    bp = sub.add_parser("bench", help="run a benchmark; rewrites its section of BENCHMARKS.md")
     bp.add_argument("name", choices=BENCHES)
     bp.add_argument("rest", nargs=argparse.REMAINDER, help="options of the benchmark")
     bp.set_defaults(fn=cmd_bench)

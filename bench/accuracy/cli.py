@@ -41,8 +41,9 @@ Operating point: ``--features`` (which features get a count table, so ``max_tabl
 ``--depth`` and ``--width`` change the sketch (Δ1 = T·depth); ``--shares``, ``--epsilons``,
 ``--mechanisms`` and ``--gaussian-delta`` restrict or change what is run (e.g. ``--depth 1
 --features user_id,movie_id,genres,zip3 --epsilons 1 --mechanisms none,laplace --skip-core``).
-Such a run prints its report; it appends to BENCHMARKS.md only with ``--append``. The report is
-tables and plots only, under the command that made them.
+Such a run prints its report; it writes its section into BENCHMARKS.md (replacing the last
+run's) only with ``--append``. The report is tables and plots only, under the command that
+made them.
 
 Runtime: about 10 minutes on 2 cores (``--quick``: under 2). The work is split into jobs (one
 per share for HTTP, one per share for (d), the ablation, the raw baselines) run by two worker
@@ -82,9 +83,9 @@ def parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help="small sweep (shares 2 and 10 %%, ε = 1, cuts 70 and 90 %%); "
-        "prints, appends to BENCHMARKS.md only with --append",
+        "prints, writes its BENCHMARKS.md section only with --append",
     )
-    p.add_argument("--append", action="store_true", help="append a --quick run too")
+    p.add_argument("--append", action="store_true", help="write a --quick run's section too")
     p.add_argument("--no-append", action="store_true", help="print only")
     p.add_argument("--skip-core", action="store_true", help="leave out (d) and the ablation")
     p.add_argument("--skip-http", action="store_true", help="leave out (b) and (c)")
@@ -95,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
     point = p.add_argument_group(
         "operating point and restrictions",
         "Any of these but --out makes a non-default run: it prints its report and\n"
-        "appends to BENCHMARKS.md only with --append. With --from-csv, pass the same\n"
+        "writes its BENCHMARKS.md section only with --append. With --from-csv, pass the same\n"
         "options as the run.",
     )
     point.add_argument(
@@ -261,6 +262,6 @@ def main(argv: list[str] | None = None) -> None:
     parts = sections(frame, df, setup, out)
     command = " ".join(["selectivity bench accuracy", *argv])
     if not args.no_append and (args.append or not (setup.quick or custom)):
-        report.append_section(title(setup), parts, command=command)
+        report.write_section(title(setup), parts, command=command)
     else:
         print(report.section(title(setup), parts, command=command))

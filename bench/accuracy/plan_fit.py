@@ -32,7 +32,7 @@ from bench import lgbm, movielens
 from bench.accuracy import simulator
 from bench.accuracy.plan import Privacy, Sketching, make_plan
 from bench.accuracy.regime import BASELINE_CAP, CUTS, SEED, TRAINING, ratios
-from bench.report import BENCHMARKS, Clock, Table, append_section
+from bench.report import BENCHMARKS, Clock, Table, write_section
 from service.core import plan as rule
 
 ML_KEYS = {
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fit-scales", default="1,10")
     p.add_argument("--check-scale", type=int, default=0, help="0: no check run")
     p.add_argument("--draws", type=int, default=2)
-    p.add_argument("--out", type=Path, default=BENCHMARKS, help="the Markdown file appended to")
+    p.add_argument("--out", type=Path, default=BENCHMARKS, help="the Markdown file to write into")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     if not 0 <= args.check_scale <= 100 or not 1 <= args.draws <= 10:
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     minutes = (time.perf_counter() - t0) / 60
     say(f"{minutes:.1f} min")
     title = "Planning a stream's budget: the rule's fit and check"
-    append_section(title, tables, command=command, path=args.out)
+    write_section(title, tables, command=command, path=args.out)
 
 
 if __name__ == "__main__":

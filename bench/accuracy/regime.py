@@ -34,7 +34,7 @@ from bench import lgbm, movielens
 from bench.accuracy import sim_stream, simulator
 from bench.accuracy.core_arm import CoreArm
 from bench.accuracy.plan import Plan, Privacy, Sketching, make_plan
-from bench.report import Clock, Plot, Table, append_section, plot_path, pyplot
+from bench.report import Clock, Plot, Table, plot_path, pyplot, write_section
 
 CUTS = (0.5, 0.7, 0.9)
 SHARES = (0.01, 0.10)
@@ -280,8 +280,11 @@ def report(
             ["runtime", f"{minutes:.1f} min"],
         ],
     )  # fmt: skip
-    append_section(
-        "Regime: count features by stream size (simulator)",
+    grown = sorted({_grow(r) for r in results if r["n"] > 100_000}) or ["users"]
+    largest = max(r["n"] for r in results) // 100_000
+    write_section(
+        "Regime: count features by stream size "
+        f"(simulator, more {' and '.join(grown)}, up to ×{largest})",
         [setup, Table(header, rows, "Log-loss ratios"), Plot("regime", _plot(results, plot))],
         command=command,
     )

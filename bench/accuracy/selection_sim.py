@@ -55,7 +55,7 @@ import pandas as pd
 from bench import lgbm, movielens
 from bench.accuracy import pair_effects, simulator
 from bench.accuracy.plan import Plan, Privacy, Sketching, make_plan
-from bench.report import Clock, Table, append_section
+from bench.report import Clock, Table, write_section
 from service.core.selection import select_round
 from service.core.streamconfig import PrivacyIn
 
@@ -394,11 +394,11 @@ def append_report(
     title = "DP count-table selection on the simulator"
     if pairs:
         command += f" --pair-effects --pair-gain {gain}"
-        title += " with MovieLens's pair effects"
+        title += f" with MovieLens's pair effects × {gain}"
     if out is None:
-        append_section(title, [setup, table, picks], command=command)
+        write_section(title, [setup, table, picks], command=command)
     else:
-        append_section(title, [setup, table, picks], command=command, path=out)
+        write_section(title, [setup, table, picks], command=command, path=out)
 
 
 if __name__ == "__main__":

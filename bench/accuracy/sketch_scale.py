@@ -20,7 +20,7 @@ from bench import movielens
 from bench.accuracy import sim_stream, simulator
 from bench.accuracy.plan import Privacy, Sketching, make_plan
 from bench.accuracy.regime import CUTS, SEED, TRAIN_CAP, TRAINING
-from bench.report import Clock, Table, append_section
+from bench.report import Clock, Table, write_section
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         rows,
         f"Count-median vs count-min, {args.draws} draws × {len(cut_shares)} cuts",
     )  # fmt: skip
-    append_section(
+    write_section(
         f"Count-median vs count-min at ×{args.scale} (simulator)",
         [setup, table],
         command="python -m bench.accuracy.sketch_scale " + " ".join(argv),

@@ -12,7 +12,8 @@ that of its ``anonymizeGraph`` (reading the CSV excluded). It keeps a last clust
 bug), reported as "min size".
 
 Writes ``anonymization_speed.csv`` and ``anonymization_speed.png`` to ``--out`` (default
-bench/plots) and prints a BENCHMARKS.md section (not appended: ``--append`` does that)."""
+bench/plots) and prints a BENCHMARKS.md section (with ``--append``, written into the file in
+place of the last run's)."""
 
 from __future__ import annotations
 
@@ -143,7 +144,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--node-path", default=os.environ.get("NODE_PATH", ""))
     p.add_argument("--repeats", type=int, default=3, help="best of, for ours under 10,000 rows")
     p.add_argument("--out", type=Path, default=report.PLOTS)
-    p.add_argument("--append", action="store_true", help="append the section to BENCHMARKS.md")
+    p.add_argument(
+        "--append", action="store_true", help="write the section into BENCHMARKS.md (in place)"
+    )
     return p.parse_args(argv)
 
 
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     command = " ".join(["python -m bench anonymization", *(argv or [])])
     if opt.append:
-        report.append_section(f"Anonymization speed (k = {opt.k})", parts, command=command)
+        report.write_section(f"Anonymization speed (k = {opt.k})", parts, command=command)
     else:
         print(report.section(f"Anonymization speed (k = {opt.k})", parts, command=command))
 

@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         opt.json.write_text(orjson.dumps([r.asdict() for r in runs]).decode())
     parts: list[Table | Plot] = [*render(runs), plot(runs, tag="_quick" if opt.quick else "")]
     if opt.report:
-        report.append_section("Scale: API processes and workers", parts, command=opt.command)
+        report.write_section("Scale: API processes and workers", parts, command=opt.command)
     else:
         print(report.section("Scale: API processes and workers", parts, command=opt.command))
     say(f"median load average during the runs: {statistics.median(r.load for r in runs):.1f}")

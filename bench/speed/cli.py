@@ -144,6 +144,6 @@ def main(argv: list[str] | None = None) -> None:
     figures = plot(b, h, rows, before, tag="_quick" if opt.quick else "")
     parts = render(b, h, rows, before) + figures
     if opt.report:
-        report.append_section("Speed", parts, command=opt.command)
+        report.write_section("Speed", parts, command=opt.command)
     else:
         print(report.section("Speed", parts, command=opt.command))
