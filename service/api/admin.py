@@ -18,6 +18,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], route_class=JsonRoute)
 async def create_key(
     body: KeyCreate, ctx: CtxDep, session: SessionDep, who: AdminKey
 ) -> KeyCreated:
+    """``{"role": ..., "name"?, "actor"?}`` → a new API key, shown once."""
     created = await service.create(
         session=session, role=body.role, name=body.name, actor=body.actor
     )

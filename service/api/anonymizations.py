@@ -50,6 +50,8 @@ def _example_hierarchies() -> dict[str, dict[str, dict[str, Any]]]:
     responses=error_responses(NotFound, ValidationError, Conflict, TooManyRequests),
 )
 async def create(body: AnonymizationCreate, ctx: CtxDep, who: AnalystKey) -> CreatedOut:
+    """Start a k-anonymised release (SaNGreeA) of inline rows or of a stream's hot rows,
+    with hierarchies and weights: 202 with the job; its progress at ``GET …/{a}``."""
     async with ctx.jobs.admission(owner=who.key_id):  # 429 when the user jobs are full
         a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)
     await audit.record(
@@ -96,6 +98,7 @@ async def start_weights(
 async def answer_weights(
     body: ChoiceIn, ctx: CtxDep, who: AnalystKey, session: str = SessionPath
 ) -> WeightsSessionOut:
+    """Answer the weight session's question: the next question, or the learned weights."""
     return await service.answer_weights(
         ctx=ctx, session=session, choice=body.choice, owner=who.key_id
     )
@@ -111,6 +114,7 @@ async def example_hierarchies(_: AnalystKey) -> dict[str, dict[str, dict[str, An
 
 @router.get("/{a}", response_model=AnonymizationOut, responses=error_responses(NotFound))
 async def get(ctx: CtxDep, who: AnalystKey, a: str = IdPath) -> AnonymizationOut:
+    """A release job's state and progress (its creator only)."""
     return await service.get(ctx=ctx, a=a, owner=who.key_id)
 
 
@@ -130,6 +134,8 @@ async def result(
     a: str = IdPath,
     format: service.Format = FormatQuery,  # noqa: A002
 ) -> Response:
+    """The released k-anonymous table (its creator only), until its oldest window's hot
+    period ends."""
     body = await service.result(ctx=ctx, a=a, fmt=format, owner=who.key_id)
     await audit.record(
         ctx.sessionmaker,

@@ -39,6 +39,8 @@ async def audit_log(
     after: Annotated[int, Query(ge=0, le=INT64_MAX, description="entries with seq > after")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
+    """The audit log, oldest first after ``after`` (a keyed hash chain; ``key_version`` 0:
+    plain SHA-256 entries from before the key)."""
     rows = await service.page(session, after=after, limit=limit)
     return AuditPage(
         entries=[_entry_out(e) for e in rows],

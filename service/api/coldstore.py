@@ -77,6 +77,7 @@ async def list_requests(
 
 @router.get("/{request_id}", response_model=UnlockRequestOut, responses=ERRORS)
 async def status(request_id: str, ctx: CtxDep, who: AnalystKey) -> UnlockRequestOut:
+    """An unlock request: its approvals, threshold, range of windows and the grant's state."""
     return await unlock.get(ctx=ctx, who=who, rid=request_id[:32])
 
 

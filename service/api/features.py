@@ -32,6 +32,9 @@ router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRout
 async def featurize(
     body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
 ) -> Response:
+    """``{"rows": [...]}`` (at most ``SELECTIVITY_MAX_BATCH``) → ``{"epoch", "columns",
+    "rows"}``: each row's count features from the served epoch's noisy tables. The rows are
+    not kept."""
     if body.model_id is not None:
         await models.check_serving(ctx=ctx, name=stream, model_id=body.model_id)
     out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
@@ -57,6 +60,9 @@ async def trainset(
         default=None, max_length=40, description="records a training of this model at the epoch"
     ),
 ) -> StreamingResponse:
+    """The hot period's observations featurized at the served epoch, streamed as Arrow IPC
+    (default), Parquet or NDJSON; the epoch is in ``X-Selectivity-Epoch``. With ``model_id``,
+    the model is recorded as trained at that epoch."""
     epoch, body = await service.trainset(ctx=ctx, name=stream, fmt=format)
     if model_id is not None:
         await models.record_trainset(ctx=ctx, name=stream, model_id=model_id, epoch=epoch)

@@ -36,6 +36,10 @@ async def ingest(
     ] = None,
     stream: str = StreamPath,
 ) -> IngestOut:
+    """Accept a batch of observations (at most ``SELECTIVITY_MAX_BATCH`` rows, 10,000 by
+    default) into the open window: 202 ``{"accepted", "window"}`` once they are stored; the
+    worker counts them into the window's tables soon after. With an ``Idempotency-Key`` header,
+    a retry of the same body is answered as the first time and counted once."""
     service.check_integers(await request.body())  # read already: the parsed body's bytes
     out, replayed = await service.ingest(
         ctx=ctx, name=stream, body=body, idempotency_key=idempotency_key

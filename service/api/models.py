@@ -30,6 +30,8 @@ ModelPath = Path(pattern=r"^m_[0-9a-f]{16}$")
 async def register(
     body: ModelCreate, ctx: CtxDep, session: SessionDep, _: ModelKey, stream: str = StreamPath
 ) -> ModelCreated:
+    """Register a model of the stream (a name, an optional ``webhook_url``): the service
+    tells it, by events and the webhook, when a roll makes it stale."""
     return await service.create(
         session=session,
         name=stream,
@@ -68,6 +70,8 @@ async def list_models(
 async def status(
     session: SessionDep, _: ModelKey, stream: str = StreamPath, model_id: str = ModelPath
 ) -> ModelOut:
+    """One model: its status (``current``, ``stale``, ``untrained``, ``refused``) and the
+    epoch it was last trained at."""
     return await service.get(session=session, name=stream, model_id=model_id)
 
 
@@ -84,6 +88,7 @@ async def trained(
     stream: str = StreamPath,
     model_id: str = ModelPath,
 ) -> ModelOut:
+    """Report a training of the model on the train set of ``{"epoch": e}``."""
     return await service.report_trained(
         ctx=ctx, session=session, name=stream, model_id=model_id, epoch=body.epoch
     )
@@ -128,6 +133,8 @@ async def events(
         default=300, ge=0, le=3600, description="how long to wait for new events; 0: backlog"
     ),
 ) -> StreamingResponse:
+    """Server-sent events of the stream (``roll``, ``retrain_required``) for up to
+    ``follow_seconds``; resumable with ``Last-Event-ID``."""
     start = after if after is not None else event_id(last_event_id)
     body = await service.events(ctx=ctx, name=stream, after=start, follow_seconds=follow_seconds)
     return StreamingResponse(

@@ -30,6 +30,8 @@ router = APIRouter(prefix="/v1/streams", tags=["privacy"], route_class=JsonRoute
 async def privacy(
     session: SessionDep, ctx: CtxDep, who: AnyKey, stream: str = StreamPath
 ) -> Response:
+    """The stream's privacy ledger: what each release costs per observation and per user,
+    under which neighbour relation and against which observer."""
     # orjson writes a missing guarantee (ε = ∞, mechanism 'none') as null
     viewer = Viewer(key_id=who.key_id, role=who.role)
     out = await service.get(session=session, name=stream, ctx=ctx, viewer=viewer)

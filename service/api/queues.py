@@ -52,6 +52,9 @@ QueueKey = Annotated[Principal, Depends(require("curator", "annotator"))]
 async def create_queue(
     body: QueueCreate, ctx: CtxDep, session: SessionDep, who: CuratorKey
 ) -> QueueOut:
+    """Create an annotation queue: the candidates submitted to it reach annotators only
+    under its (ε, δ) guarantee (each kept with the queue's sampling probability, released when
+    k of a key have arrived in a period)."""
     out = await service.create(
         session=session,
         queue_in=body,
@@ -75,11 +78,13 @@ async def create_queue(
 
 @router.get("", response_model=QueueList)
 async def list_queues(session: SessionDep, _: QueueKey) -> QueueList:
+    """Every queue, with its settings."""
     return QueueList(queues=await service.list_out(session=session))
 
 
 @router.get("/{queue}", response_model=QueueOut, responses=error_responses(NotFound))
 async def get_queue(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> QueueOut:
+    """One queue: its settings and its guarantee."""
     return await service.get_out(ctx=ctx, name=queue)
 
 
@@ -91,6 +96,8 @@ async def get_queue(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> QueueOu
 async def candidates(
     body: CandidatesIn, ctx: CtxDep, _: CuratorKey, queue: str = QueuePath
 ) -> CandidatesOut:
+    """Submit candidate examples. The answer and its timing are the same whether or not a
+    candidate was kept, so that a submitter cannot tell."""
     return await service.submit(ctx=ctx, name=queue, body=body)
 
 
@@ -101,6 +108,7 @@ async def next_tasks(
     queue: str = QueuePath,
     n: int = Query(default=1, ge=1, le=MAX_NEXT, description="how many tasks to lease"),
 ) -> TasksOut:
+    """Lease released tasks to the calling annotator."""
     return await service.next_tasks(ctx=ctx, name=queue, owner=who.key_id, n=n)
 
 
@@ -112,6 +120,7 @@ async def next_tasks(
 async def heartbeat(
     ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
 ) -> LeaseOut:
+    """Extend the caller's lease on a task."""
     return await service.heartbeat(ctx=ctx, name=queue, task_id=task_id, owner=who.key_id)
 
 
@@ -123,6 +132,7 @@ async def heartbeat(
 async def skip(
     ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
 ) -> SkipOut:
+    """Give a leased task back without a label."""
     return await service.skip(ctx=ctx, name=queue, task_id=task_id, owner=who.key_id)
 
 
@@ -134,6 +144,7 @@ async def skip(
 async def label(
     body: LabelIn, ctx: CtxDep, who: AnnotatorKey, queue: str = QueuePath, task_id: str = TaskPath
 ) -> LabelOut:
+    """Label a task the caller leased."""
     return await service.label(
         ctx=ctx, name=queue, task_id=task_id, owner=who.key_id, label=body.label
     )
@@ -149,6 +160,7 @@ async def labels(
     ),
     limit: int = Query(default=1000, ge=1, le=10_000),
 ) -> LabelsOut:
+    """The queue's labelled examples, exported."""
     out = await service.labels(ctx=ctx, name=queue, after=after, limit=limit)
     await audit.record(  # an export of labelled, released examples: never their content
         ctx.sessionmaker,
@@ -162,9 +174,11 @@ async def labels(
 
 @router.get("/{queue}/stats", response_model=StatsOut, responses=error_responses(NotFound))
 async def stats(ctx: CtxDep, who: QueueKey, queue: str = QueuePath) -> StatsOut:
+    """The queue's counters that do not depend on which candidates were sampled."""
     return await service.stats(ctx=ctx, name=queue, submitter=who.role != "annotator")
 
 
 @router.get("/{queue}/privacy", response_model=PrivacyOut, responses=error_responses(NotFound))
 async def privacy(ctx: CtxDep, _: AnyKey, queue: str = QueuePath) -> PrivacyOut:
+    """The queue's (ε, δ) guarantee per release period and what it has spent."""
     return await service.privacy(ctx=ctx, name=queue)

@@ -19,6 +19,7 @@ router = APIRouter(prefix="/v1/streams", tags=["reference model"], route_class=J
 async def predict(
     body: PredictIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
 ) -> PredictOut:
+    """The stream's reference model's probabilities for ``{"rows": [...]}``."""
     return await service.predict(ctx=ctx, name=stream, rows=list(body.rows))
 
 
@@ -29,4 +30,5 @@ async def quality(
     stream: str = StreamPath,
     limit: int = Query(default=200, ge=1, le=10_000),
 ) -> QualityOut:
+    """The reference model's quality per epoch, measured on the newest part of each train set."""
     return await service.quality(session=session, name=stream, limit=limit)

@@ -16,6 +16,7 @@ router = APIRouter(prefix="/v1/streams", tags=["tables"], route_class=JsonRoute)
 async def tables(
     ctx: CtxDep, session: SessionDep, _: AnyKey, stream: str = StreamPath
 ) -> TablesOut:
+    """The stream's count tables and the groups DP selection picked for them."""
     rows = await service.list_tables(session=session, name=stream)
     rt = await streams.runtime(ctx=ctx, name=stream)
     return TablesOut(

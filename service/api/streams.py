@@ -35,9 +35,12 @@ async def create_stream(body: StreamCreate, ctx: CtxDep, who: AdminKey) -> Strea
 
 @router.get("", response_model=StreamList)
 async def list_streams(session: SessionDep, _: AnyKey) -> StreamList:
+    """The streams, oldest first, with their settings and state."""
     return StreamList(streams=await service.list_out(session=session))
 
 
 @router.get("/{stream}", response_model=StreamOut, responses=error_responses(NotFound))
 async def get_stream(session: SessionDep, _: AnyKey, stream: str = StreamPath) -> StreamOut:
+    """One stream: its settings, its privacy configuration and its state (``creating`` until
+    its tables and keys exist, then ``ready``; 503 from the other operations until then)."""
     return await service.get_out(session=session, name=stream)

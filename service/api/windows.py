@@ -21,11 +21,13 @@ async def list_windows(
     stream: str = StreamPath,
     limit: int = Query(default=100, ge=1, le=1000),
 ) -> WindowsOut:
+    """The stream's windows and their states (observation counts of hot windows only)."""
     return await service.list_windows(ctx=ctx, session=session, name=stream, limit=limit)
 
 
 @router.post("/{stream}/roll", response_model=RollOut, responses=error_responses(NotFound))
 async def roll(ctx: CtxDep, who: AdminKey, stream: str = StreamPath) -> RollOut:
+    """Close the open window now, as the schedule would: → ``{"epoch"}`` of the new tables."""
     epoch = await roll_stream(ctx=ctx, name=stream)
     await audit.record(
         ctx.sessionmaker,
