@@ -12,21 +12,12 @@ import signal
 import socket
 import sys
 
-from service import cli_audit, cli_coldstore, cli_db, cli_http, cli_plan, demo, resources
-from service.admin import service as keys
-from service.admin.service import bootstrap_admin
-from service.app import create_app
-from service.audit import service as audit
+# Only what parsing the arguments needs is imported here: each command imports its own modules
+# (the app, the database layer, the numerical stack), so `selectivity --help`, a refused port or
+# a one-line command never pays for the others' imports (tests/cli/test_cli_imports.py).
+from service import cli_audit, cli_coldstore, cli_db, cli_http, cli_plan, demo
 from service.config import Settings
 from service.core import logsafe
-from service.db.migrate import upgrade
-from service.db.session import make_engine, make_sessionmaker
-from service.errors import ServiceError
-from service.privacy.schemas import KAnonIn
-from service.privacy.service import calculate
-from service.reference import report
-from service.reference import service as reference
-from workers.runner import parse_classes, run_standalone
 
 
 def _settings() -> Settings:
@@ -39,11 +30,15 @@ def _settings() -> Settings:
 def _private_files() -> None:
     """Everything the service process writes from here on (and every child it starts, such as
     the embedded redis-server) is created 0700/0600 (``resources.PRIVATE_UMASK``)."""
+    from service import resources
+
     os.umask(resources.PRIVATE_UMASK)
 
 
 def _secure_data_dir(s: Settings) -> None:
     """``resources.secure_data_dir``, or exit with one line naming the path it cannot create."""
+    from service import resources
+
     try:
         resources.secure_data_dir(s)
     except OSError as exc:
@@ -55,6 +50,10 @@ def _secure_data_dir(s: Settings) -> None:
 
 def cmd_migrate(_: argparse.Namespace) -> None:
     """Apply migrations, then create the bootstrap admin key if there is no admin yet."""
+    from service.admin.service import bootstrap_admin
+    from service.db.migrate import upgrade
+    from service.db.session import make_engine, make_sessionmaker
+
     _private_files()
     s = _settings()
     _secure_data_dir(s)
@@ -108,10 +107,13 @@ def _stopped(signum: int, _frame: object) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    port = _default_port() if args.port is None else args.port
+    _port_free(args.host, port)  # before any import of the app: a taken port is refused at once
     import uvicorn
 
-    port = _default_port() if args.port is None else args.port
-    _port_free(args.host, port)
+    from service.app import create_app
+    from service.db.migrate import upgrade
+
     _private_files()
     s = _settings()
     _secure_data_dir(s)
@@ -151,6 +153,9 @@ def uvicorn_log_config(base: dict) -> dict:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
+    from service import resources
+    from workers.runner import parse_classes, run_standalone
+
     _private_files()
     s = _settings()
     try:
@@ -174,6 +179,10 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
 
 def cmd_create_key(args: argparse.Namespace) -> None:
+    from service.admin import service as keys
+    from service.audit import service as audit
+    from service.db.session import make_sessionmaker
+
     s = _settings()
 
     async def main() -> str:  # keys live in SQL only: no Redis needed
@@ -200,6 +209,11 @@ def cmd_create_key(args: argparse.Namespace) -> None:
 
 def cmd_report_quality(args: argparse.Namespace) -> None:
     """A PNG of the reference model's quality per epoch (log-loss against the prior's, AUC)."""
+    from service.db.session import make_sessionmaker
+    from service.errors import ServiceError
+    from service.reference import report
+    from service.reference import service as reference
+
     s = _settings()
 
     async def fetch():  # type: ignore[no-untyped-def]
@@ -228,6 +242,9 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
 def cmd_privacy_kanon(args: argparse.Namespace) -> None:
     """(β, k, ε) → δ, or solve for k or β given --delta (Li, Qardaji & Su, Thm 5)."""
     from pydantic import ValidationError as PydanticError
+
+    from service.privacy.schemas import KAnonIn
+    from service.privacy.service import calculate
 
     try:
         body = KAnonIn(beta=args.beta, k=args.k, epsilon=args.epsilon, delta=args.delta)

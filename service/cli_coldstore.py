@@ -19,7 +19,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from service import cli_db
 from service.audit import service as audit
 from service.cli_http import checked, http_client
-from service.coldstore.service import KeyExists, init_key
 from service.config import Settings
 from service.db.session import make_sessionmaker
 
@@ -44,6 +43,10 @@ def _with_db(fn: Callable[[Any], Awaitable[T]]) -> T:
 
 def cmd_init_coldstore(args: argparse.Namespace) -> None:
     """Create (or rotate) the cold-store key and print its shares, once."""
+    # here, not at the top: the cold store's module brings the numerical stack (scipy through
+    # the lifecycle), which every other command, and `selectivity --help`, would pay for
+    from service.coldstore.service import KeyExists, init_key
+
     try:
         if not 1 <= args.threshold <= args.shares <= 16 or (args.threshold == 1 < args.shares):
             raise ValueError("need 2 <= threshold <= shares <= 16 (or 1 of 1)")

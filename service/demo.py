@@ -15,13 +15,12 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
-import pyarrow as pa
 
-from service.synthetic import ClickLogSpec, generate, stream_body
+if TYPE_CHECKING:
+    import numpy as np
 
 BATCH = 1000
 
@@ -37,14 +36,21 @@ def _fail(resp: httpx.Response) -> None:
 
 
 def _log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    import numpy as np
+
     p = np.clip(p, 1e-7, 1 - 1e-7)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
 def run(args: argparse.Namespace) -> None:
+    # the numerical stack here, not at the top: `selectivity --help` imports this module
     import lightgbm as lgb
+    import numpy as np
+    import pyarrow as pa
     from rich.console import Console
     from rich.progress import Progress
+
+    from service.synthetic import ClickLogSpec, generate, stream_body
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     console = Console()
