@@ -20,6 +20,11 @@ class Keys:
     def agg(self, s: str, epoch: int) -> str:
         return f"{self.prefix}:{{{s}}}:agg:{epoch}"
 
+    def idem_pointer(self, s: str, token: str) -> str:
+        """The window an Idempotency-Key's batch went to (``token`` its keyed token), with a
+        TTL (``service.stores.ingest``)."""
+        return f"{self.prefix}:{{{s}}}:idk:{token}"
+
     def lock(self, s: str, what: str) -> str:
         return f"{self.prefix}:{{{s}}}:lock:{what}"
 
@@ -50,7 +55,8 @@ class Keys:
 
     def idem_window(self, s: str, w: int) -> str:
         """The window's accepted keyed batches: a hash, keyed token -> keyed fingerprint and
-        response (``service.stores.ingest``); deleted when the window leaves the hot period."""
+        response (``service.stores.ingest``); expires idempotency_ttl_seconds after its last
+        record."""
         return f"{self.prefix}:{{{s}:{w}}}:idem"
 
     def idem(self, s: str, w: int, token: str) -> str:

@@ -2,10 +2,12 @@
 
 Accepting is one Lua script per batch (``ingest.lua``): the window must be open, the
 Idempotency-Key new (or used by the same batch, a retry: answered with the stored response;
-a key used by another batch is refused, 422); the rows go to the window's hot stream. A key is
-honoured while the window that accepted its batch is in the hot period: its record (keyed
-token, keyed fingerprint, response) is deleted when the window leaves it
-(``service.lifecycle.expire``).
+a key used by another batch is refused, 422); the rows go to the window's hot stream. A keyed
+batch first asks its key's stream-level pointer which window to go to (``idem_claim.lua``):
+the open epoch for a new key, else the window its batch went to, so a retry is looked up in
+one window however many rolled since. A key is honoured for ``idempotency_ttl_seconds`` after
+its first request: its pointer (the window) and its record (keyed token, keyed fingerprint,
+response: no row) expire then.
 Counting them into the window's tables is a separate job (``service.counting``): the
 increments were nine tenths of an ingest request's Redis time when the ingest script applied
 them (``BENCHMARKS.md``), and summed with the other batches' by the counter they cost Redis
@@ -13,7 +15,6 @@ far less."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -31,11 +32,6 @@ from service.streams import service as streams
 from service.streams.validation import check_rows
 
 MAX_WINDOW_RETRIES = 8
-# A keyed batch waits, at most this many times this long, for the previous window to close
-# (the roll moves the epoch pointer, then closes the window it left: between the two, a retry
-# still in flight could be accepted there after this batch looked for it).
-CLOSE_WAITS = 20
-CLOSE_WAIT_SECONDS = 0.005
 # How long an API process trusts "no cold-store key yet" (a key, once made, is never removed:
 # "a key exists" is trusted for the life of the process).
 NO_KEY_RECHECK_SECONDS = 1.0
@@ -173,48 +169,50 @@ async def ingest(
     *, ctx: AppContext, name: str, body: IngestIn, idempotency_key: str | None
 ) -> tuple[IngestOut, bool]:
     """Accept a batch into the open window; returns (response, replayed). A batch whose window
-    closes under it is accepted into the next window; a retried batch (same Idempotency-Key)
-    is never accepted twice while the window that accepted it is in the hot period, and a key
+    closes under it is accepted into the next window; a retried batch (same Idempotency-Key and
+    body) is accepted once and answered with the first response for
+    ``idempotency_ttl_seconds`` after the key's first request, whatever the rolls, and a key
     reused with another batch is refused (422, the new rows not accepted). The counting job
     (``service.counting.service.count_window``) counts accepted rows into the window's tables."""
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
     await require_coldstore_key(ctx)
     rows = batch_rows(body)
+    out = IngestOut(accepted=len(rows), window=0)
+    if idempotency_key is None:
+        return await _accept_unkeyed(ctx, name, rows, out), False
     fingerprint = batch_fingerprint(rows, rt.hash_seed)
-    token = key_token(idempotency_key, rt.hash_seed) if idempotency_key else None
+    token = key_token(idempotency_key, rt.hash_seed)
     # records written before keyed fingerprints: looked up, never written
-    legacy_token = hashlib.sha256(idempotency_key.encode()).hexdigest() if idempotency_key else None
+    legacy_token = hashlib.sha256(idempotency_key.encode()).hexdigest()
 
     def legacy() -> str:
         return legacy_fingerprint(rows)
 
-    windows = ctx.stores.windows
     store = ctx.stores.ingest
-    epochs = ctx.caches.open_epochs
-    # The cached open epoch saves a round trip; the script refuses a closed window, and a
-    # keyed batch reads the pointer afresh so that its replay check looks at the right windows.
-    epoch = (None if idempotency_key else epochs.get(name)) or await windows.epoch(name)
+    ttl = ctx.settings.idempotency_ttl_seconds
+    # A batch accepted before keys had a stream-level pointer is found in its window's record,
+    # kept while the window is hot: with two or more hot windows, a key without a pointer is
+    # looked up in the hot period's earlier windows before its pointer is made (a replay found
+    # there makes none, so every retry finds it there).
+    look = rt.config.hot_windows >= 2
+    status, epoch = await store.claim(stream=name, token=token, ttl=ttl, create=not look)
+    if status == "absent" and epoch is not None:
+        replay = await store.find_replay(
+            stream=name,
+            windows=list(range(max(1, rt.hot_period(epoch)[0]), epoch)),
+            token=token,
+            legacy_token=legacy_token,
+            fingerprint=fingerprint,
+            legacy=legacy,
+        )
+        if replay is not None:
+            return _replayed(*replay)
+        status, epoch = await store.claim(stream=name, token=token, ttl=ttl)
     if epoch is None:
         raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
     for _ in range(MAX_WINDOW_RETRIES):
-        # Before accepting into ``epoch``: was this batch accepted into an earlier window of
-        # the hot period? Asked again whenever the stream rolled under us, since a retry
-        # racing this one may have landed in the window that closed meanwhile.
-        earlier = list(range(max(1, rt.hot_period(epoch)[0]), epoch))
-        if token is not None and legacy_token is not None and earlier:
-            await _until_closed(ctx, name, epoch - 1)
-            replay = await store.find_replay(
-                stream=name,
-                windows=earlier,
-                token=token,
-                legacy_token=legacy_token,
-                fingerprint=fingerprint,
-                legacy=legacy,
-            )
-            if replay is not None:
-                return _replayed(*replay)
-        out = IngestOut(accepted=len(rows), window=epoch)
+        out.window = epoch
         status, stored = await store.accept(
             stream=name,
             window=epoch,
@@ -224,29 +222,52 @@ async def ingest(
             legacy=legacy,
             rows=rows,
             response=out.model_dump_json().encode(),
+            ttl=ttl,
         )
         if status == "ok":
-            epochs[name] = epoch
+            ctx.caches.open_epochs[name] = epoch
             return out, False
         if status in ("dup", "mismatch"):
             return _replayed(status, stored)
-        fresh = await windows.epoch(name)  # closed: the stream rolled under us
+        # closed without this key's batch: the key's pointer moves to the open epoch
+        _, fresh = await store.claim(stream=name, token=token, ttl=ttl, closed=epoch)
         if fresh is None or fresh == epoch:
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")
         epoch = fresh
     raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
 
 
-async def _until_closed(ctx: AppContext, name: str, window: int) -> None:
-    """Return once ``window`` accepts no batch (closed, or gone): only then does the replay
-    check over the earlier windows see every batch a retry could have landed in."""
-    if window < 1:
-        return
-    for _ in range(CLOSE_WAITS):
-        if await ctx.stores.windows.state(name, window) != "open":
-            return
-        await asyncio.sleep(CLOSE_WAIT_SECONDS)
-    raise Unavailable(f"stream {name!r} is rolling; retry shortly")
+async def _accept_unkeyed(
+    ctx: AppContext, name: str, rows: list[bytes], out: IngestOut
+) -> IngestOut:
+    """A batch without a key: into the open window, recorded nowhere. The cached open epoch
+    saves a round trip; the script refuses a closed window."""
+    windows = ctx.stores.windows
+    epochs = ctx.caches.open_epochs
+    epoch = epochs.get(name) or await windows.epoch(name)
+    if epoch is None:
+        raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
+    for _ in range(MAX_WINDOW_RETRIES):
+        out.window = epoch
+        status, _ = await ctx.stores.ingest.accept(
+            stream=name,
+            window=epoch,
+            token=None,
+            legacy_token=None,
+            fingerprint="0" * 64,  # not stored: no key
+            legacy=lambda: "",
+            rows=rows,
+            response=b"",
+            ttl=ctx.settings.idempotency_ttl_seconds,
+        )
+        if status == "ok":
+            epochs[name] = epoch
+            return out
+        fresh = await windows.epoch(name)  # closed: the stream rolled under us
+        if fresh is None or fresh == epoch:
+            raise Unavailable(f"stream {name!r} is rolling; retry shortly")
+        epoch = fresh
+    raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
 
 
 def _replayed(status: str, stored: bytes | None) -> tuple[IngestOut, bool]:

@@ -97,7 +97,7 @@ async def expire(
     for w in hot:
         await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
         await store.delete_hot(rt.name, w.epoch)
-        await ctx.stores.ingest.forget(rt.name, [w.epoch])  # if an earlier expire failed
+        await ctx.stores.ingest.forget_unpointed(rt.name, [w.epoch])  # if one failed
         async with ctx.sessionmaker() as session, session.begin():
             row = await session.get(Window, w.id)
             if row is not None:
@@ -118,9 +118,10 @@ async def expire(
     # tables went at this roll (docs/ARCHITECTURE.md, "Life cycle")
     served = min(epoch, await store.served(rt.name) or epoch)
     await store.delete_aggs_before(rt.name, served, oldest=served - 64)
-    # an Idempotency-Key is honoured while its window is hot: the window that just left the
-    # hot period forgets its keyed batches (keyed fingerprints, responses), sealed or not
-    await ctx.stores.ingest.forget(rt.name, range(max(1, hot_lo - 1), hot_lo))
+    # an Idempotency-Key is honoured for its TTL, whatever the rolls: its window's records
+    # (keyed tokens, keyed fingerprints, responses; no row) expire by themselves; those made
+    # before they did go with the hot period, as they did then
+    await ctx.stores.ingest.forget_unpointed(rt.name, range(max(1, hot_lo - 1), hot_lo))
     # k-anonymised releases and iML sessions of hot rows go with their oldest window's period
     deleted_releases = await anonymize.expire(ctx=ctx, rt=rt, epoch=epoch)
     # so do re-identification audits of hot records (their figures are about them)

@@ -1,27 +1,24 @@
 -- Accept one ingest batch into one (stream, window), atomically
--- (docs/ARCHITECTURE.md, "Data path"): the window must
--- still be open and the idempotency key new; the raw rows are appended to the window's hot
--- stream. Counting them into the window's tables is done apart, by count.lua (the counting
--- job reads the hot stream from its checkpoint), so a batch costs Redis one XADD per row.
+-- (docs/ARCHITECTURE.md, "Data path"): the idempotency key must be new to the window and the
+-- window still open; the raw rows are appended to the window's hot stream. Counting them into
+-- the window's tables is done apart, by count.lua (the counting job reads the hot stream from
+-- its checkpoint), so a batch costs Redis one XADD per row.
 -- A keyed batch is recorded in the window's idem hash: field the keyed token, value the keyed
--- fingerprint (64 hex digits) followed by the response; a key reused with another batch is
--- refused ('mismatch'), never taken for a retry. A batch without a key is recorded nowhere.
--- The hash has no TTL: expire deletes it when the window leaves the hot period.
+-- fingerprint (64 hex digits) followed by the response; the caller compares the fingerprint
+-- of a record found ('dup') with its own, so a key reused with another batch is refused, never
+-- taken for a retry. A batch without a key is recorded nowhere.
+-- The record is looked up before the window's state: 'closed' means the window takes no more
+-- batches and never took this key's (the stream-level pointer may then move on, claim.lua).
+-- The hash expires ARGV[3] seconds after its last record (idempotency_ttl_seconds).
 -- KEYS[1] meta hash, KEYS[2] the window's idem hash, KEYS[3] hot stream, KEYS[4] the batch's
 -- key as written before keyed fingerprints (read only).
 -- ARGV[1] keyed token ('' for a batch without a key), ARGV[2] fingerprint .. response to
--- store, ARGV[3..] the raw rows (JSON).
--- Returns {'closed'} | {'dup', stored_value} | {'legacy', stored_value} | {'mismatch'} | {'ok'}.
-if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
-  return {'closed'}
-end
+-- store, ARGV[3] the record's life in seconds, ARGV[4..] the raw rows (JSON).
+-- Returns {'closed'} | {'dup', stored_value} | {'legacy', stored_value} | {'ok'}.
 local keyed = ARGV[1] ~= ''
 if keyed then
   local prev = redis.call('HGET', KEYS[2], ARGV[1])
   if prev then
-    if string.sub(prev, 1, 64) ~= string.sub(ARGV[2], 1, 64) then
-      return {'mismatch'}
-    end
     return {'dup', prev}
   end
   local old = redis.call('GET', KEYS[4])
@@ -29,10 +26,14 @@ if keyed then
     return {'legacy', old}
   end
 end
-for i = 3, #ARGV do
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
+  return {'closed'}
+end
+for i = 4, #ARGV do
   redis.call('XADD', KEYS[3], '*', 'd', ARGV[i])
 end
 if keyed then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
 return {'ok'}

@@ -1,12 +1,16 @@
-"""Redis side of ingest: accepting a batch into the open window's hot stream (ingest.lua),
-finding a retried batch's stored response, and forgetting a window's batches.
+"""Redis side of ingest: which window a keyed batch goes to (idem_claim.lua), accepting a batch
+into a window's hot stream (ingest.lua), finding a retried batch's stored response.
 
 A window's keyed batches are one hash (``Keys.idem_window``): field the keyed token of the
 batch's Idempotency-Key, value its keyed fingerprint (64 hex digits, ``FINGERPRINT_LEN``)
-followed by the response (``service.ingest.service`` keys both with the stream's secret).
-Records written before keyed fingerprints (``Keys.idem``, one string per batch with a TTL) are
-read, never written: a response alone (JSON, starting with ``{``) is taken for a retry, as it
-was then; else its first 64 digits are the batch's SHA-256, compared with ``legacy()``."""
+followed by the response (``service.ingest.service`` keys both with the stream's secret). The
+hash expires ``idempotency_ttl_seconds`` after its last record. The stream-level pointer of a
+key (``Keys.idem_pointer``, the same keyed token) holds the window its batch went to, with the
+same life counted from the key's first request: a retry is looked up in one window, however
+many rolled since. Records written before keyed fingerprints (``Keys.idem``, one string per
+batch with a TTL) are read, never written: a response alone (JSON, starting with ``{``) is
+taken for a retry, as it was then; else its first 64 digits are the batch's SHA-256, compared
+with ``legacy()``."""
 
 from __future__ import annotations
 
@@ -35,6 +39,28 @@ class IngestStore:
         self.r = redis
         self.k = keys
         self._ingest = redis.register_script(source("ingest"))
+        self._claim = redis.register_script(source("idem_claim"))
+
+    async def claim(
+        self,
+        *,
+        stream: str,
+        token: str,
+        ttl: int,
+        closed: int | None = None,
+        create: bool = True,
+    ) -> tuple[str, int | None]:
+        """The window a batch with this keyed token goes to: ``('new', open epoch)`` (the first
+        request with the key: the pointer is made, for ``ttl`` seconds; ``('absent', open
+        epoch)`` instead when not ``create``), ``('at', window)`` (the pointer's window),
+        ``('moved', open epoch)`` (``closed``, where the pointer was, is closed without the
+        batch: the pointer moved) or ``('none', None)`` (no open epoch)."""
+        res = await self._claim(
+            keys=[self.k.idem_pointer(stream, token), self.k.epoch(stream)],
+            args=[ttl, "" if closed is None else str(closed), "1" if create else "0"],
+        )
+        status = status_of(res)
+        return status, int(res[1]) if len(res) > 1 else None
 
     async def accept(
         self,
@@ -47,11 +73,13 @@ class IngestStore:
         legacy: Callable[[], str],
         rows: list[bytes],
         response: bytes,
+        ttl: int,
     ) -> tuple[str, bytes | None]:
-        """Append a batch's raw rows to the window's hot stream if the window is open and the
-        idempotency token (None: no key, nothing recorded) new: ``('ok', None)``,
-        ``('closed', None)``, ``('dup', stored response)`` (the token was used by a batch of
-        this fingerprint) or ``('mismatch', None)`` (by another batch)."""
+        """Append a batch's raw rows to the window's hot stream if the idempotency token
+        (None: no key, nothing recorded) is new to the window and the window open:
+        ``('ok', None)``, ``('closed', None)`` (the window never took the token),
+        ``('dup', stored response)`` (the token was used by a batch of this fingerprint) or
+        ``('mismatch', None)`` (by another batch). The record lives ``ttl`` seconds."""
         if len(fingerprint) != FINGERPRINT_LEN:
             raise ValueError("fingerprint: 64 hex digits")
         keys = [
@@ -60,7 +88,7 @@ class IngestStore:
             self.k.hot(stream, window),
             self.k.idem(stream, window, legacy_token or "-"),
         ]
-        args: list[str | bytes] = [token or "", fingerprint.encode() + response, *rows]
+        args: list[str | bytes | int] = [token or "", fingerprint.encode() + response, ttl, *rows]
         res = await self._ingest(keys=keys, args=args)
         status = status_of(res)
         if status == "dup":
@@ -79,8 +107,9 @@ class IngestStore:
         fingerprint: str,
         legacy: Callable[[], str],
     ) -> tuple[str, bytes | None] | None:
-        """A batch with this idempotency token in earlier windows: ``('dup', its stored
-        response)`` or ``('mismatch', None)`` (another batch's token); None when none."""
+        """A batch with this idempotency token in ``windows`` (records made without the
+        stream-level pointer: read, never written): ``('dup', its stored response)`` or
+        ``('mismatch', None)`` (another batch's token); None when none."""
         if not windows:
             return None
         pipe = self.r.pipeline(transaction=False)
@@ -95,8 +124,11 @@ class IngestStore:
                 return _stored(bytes(old), legacy())
         return None
 
-    async def forget(self, stream: str, windows: Iterable[int]) -> None:
-        """Delete the record of the keyed batches of ``windows`` (their window left the hot
-        period: no retry is looked up there any more)."""
+    async def forget_unpointed(self, stream: str, windows: Iterable[int]) -> None:
+        """Delete the record hashes of ``windows`` (which left the hot period) that have no
+        TTL: made before records expired by themselves, they went with the hot period, and no
+        key's pointer leads to them. A hash with a TTL stays until it expires."""
         for w in windows:  # one command per window: each is its own cluster slot
-            await self.r.unlink(self.k.idem_window(stream, w))
+            key = self.k.idem_window(stream, w)
+            if await self.r.ttl(key) == -1:
+                await self.r.unlink(key)
