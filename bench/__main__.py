@@ -16,6 +16,7 @@ BENCHES = (
     "reidentification",
     "regime",
     "scale",
+    "dp-audit",
 )
 
 
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> None:
     if not argv or argv[0] not in BENCHES:
         sys.exit(f"usage: python -m bench {{{','.join(BENCHES)}}} [options]")
     try:
-        module = importlib.import_module(f"bench.{argv[0]}")
+        module = importlib.import_module(f"bench.{argv[0].replace('-', '_')}")
     except ImportError as exc:
         sys.exit(f"benchmark {argv[0]!r} needs the bench extra: pip install -e '.[bench]' ({exc})")
     module.main(argv[1:])

@@ -265,7 +265,7 @@ def cmd_privacy_kanon(args: argparse.Namespace) -> None:
 
 
 # roll also measures memory per window
-BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "scale")
+BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "scale", "dp-audit")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
