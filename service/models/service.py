@@ -131,9 +131,12 @@ async def get(*, session: AsyncSession, name: str, model_id: str) -> ModelOut:
 async def report_trained(
     *, ctx: AppContext, session: AsyncSession, name: str, model_id: str, epoch: int
 ) -> ModelOut:
-    """Record a training at ``epoch``; a training at the open epoch makes the model current."""
+    """Record a training at ``epoch``; a training at the open epoch makes the model current.
+    A roll serves its new epoch (the ``served`` pointer, which the train set reads) before its
+    commit moves ``stream.epoch``: while it is under way (``stream.roll_target``, checkpointed
+    before the pointer moves and read in the same row), its target is no epoch ahead."""
     stream, model = await _model(session, name, model_id)
-    if epoch > stream.epoch:
+    if epoch > max(stream.epoch, stream.roll_target or 0):
         raise ValidationError(f"epoch: {epoch} is ahead of the stream's epoch {stream.epoch}")
     now = datetime.now(UTC)
     if model.trained_epoch is None or epoch >= model.trained_epoch:
