@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.stats import binom
 
 from service.core import kanon, pu
 from service.core.budget import window_multiplier
@@ -318,6 +319,12 @@ def queue_period(*, beta: float, k: int, at_kth_arrival: bool = False) -> Case:
     def sample(n: int) -> tuple[FloatArray, FloatArray]:
         return release(big_n - 1, n), release(big_n, n)
 
+    pair = None
+    if not at_kth_arrival:  # exact: the output is one bit, P[released] = P[Bin(size, β) >= k]
+        p1, p0 = float(binom.sf(k - 1, big_n, beta)), float(binom.sf(k - 1, big_n - 1, beta))
+        ratios = [(p1 - d) / p0, (1 - p0 - d) / (1 - p1)]
+        pair = max(0.0, *(math.log(r) for r in ratios if r > 0))
+
     return Case(
         mechanism=f"annotation queue, one period (β = {beta:g}, k = {k}, class of {big_n})"
         + (" released at the k-th arrival" if at_kth_arrival else ""),
@@ -326,6 +333,7 @@ def queue_period(*, beta: float, k: int, at_kth_arrival: bool = False) -> Case:
         delta=d,
         claim_source="Li–Qardaji–Su Thm 5 (service.core.kanon.delta)",
         sample=sample,
+        pair_epsilon=pair,
         planted="release at the k-th arrival" if at_kth_arrival else None,
     )
 

@@ -29,7 +29,7 @@ def test_clopper_pearson_matches_its_definition() -> None:
 def test_clopper_pearson_coverage() -> None:
     """Over 20,000 seeded binomial draws, the one-sided bounds miss p at most alpha of the
     time (binomial: at alpha = 0.05 the miss count's mean is <= 1000, its s.d. about 31; the
-    threshold 1150 leaves 4.8 s.d.: false-failure rate < 1e-6)."""
+    threshold 1150 leaves 4.8 s.d.: false-failure rate < 2e-6)."""
     rng = np.random.default_rng(7)
     n, p, alpha = 200, 0.03, 0.05
     ks = rng.binomial(n, p, size=20_000)
@@ -56,16 +56,16 @@ def _randomised_response(
 
 
 def test_lower_bound_is_valid_and_tight_on_randomised_response() -> None:
-    """ε = 1 exactly: over 40 seeded audits at 95 % the bound never passes 1 (each does with
+    """ε = 1 exactly: over 40 seeded audits at 95 % the bound passes 1 rarely (each does with
     probability <= 5 %, and in fact far less: the count of the 40 above 1 is Binomial(40,
-    <= 0.05); the threshold 7 has false-failure rate < 4e-4), and its median is within 0.1 of
+    <= 0.05); the threshold 9 has false-failure rate < 3e-5), and its median is within 0.1 of
     1 (200,000 releases a side: the CP half-width on ln is about 0.03)."""
     rng = np.random.default_rng(11)
     bounds = []
     for _ in range(40):
         s0, s1 = _randomised_response(1.0, 200_000, rng)
         bounds.append(lower_bound(s0, s1, delta=0.0, confidence=0.95).epsilon)
-    assert sum(b > 1.0 for b in bounds) <= 7
+    assert sum(b > 1.0 for b in bounds) <= 9
     assert 0.9 < float(np.median(bounds)) <= 1.0
 
 
