@@ -67,7 +67,7 @@ def _plot(rows: list[dict]) -> Path:
             str(i),
             (r["claimed_epsilon"], r["audited_epsilon"]),
             textcoords="offset points",
-            xytext=(4, 3),
+            xytext=(4, 3) if i % 2 else (-12, -10),
             fontsize=7,
         )
     ax.set_xlim(0, top)
@@ -75,7 +75,7 @@ def _plot(rows: list[dict]) -> Path:
     ax.set_xlabel("claimed ε")
     ax.set_ylabel(f"audited lower bound on ε ({rows[0]['confidence']:.0%} confidence)")
     ax.set_title("DP audit: audited against claimed ε (numbers: table rows)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower right", fontsize=8)
     path = plot_path("dp_audit")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
