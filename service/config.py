@@ -111,9 +111,13 @@ class Settings(BaseSettings):
     # The per-stream roll lock expires this long after its holder stops renewing it (a killed
     # roll frees it within this time); the holder renews it every third of it.
     roll_lock_seconds: float = Field(default=30.0, ge=1.0, le=3600.0)
-    # With window_seconds·(hot_windows + 1), the life of a window's per-user counters (the name is
-    # historical: an idempotency record has no TTL, it goes with its window's hot period).
+    # How long an Idempotency-Key is honoured, from its first request, whatever the rolls (its
+    # records, no row, expire then); with window_seconds·(hot_windows + 1), also the life of a
+    # window's per-user counters.
     idempotency_ttl_seconds: int = Field(default=7 * 86400, ge=60)
+    # Idempotency-Keys one stream remembers at most (about 400 bytes of Redis each): a new key
+    # beyond them is refused (429) until older ones expire.
+    idempotency_max_keys: int = Field(default=1_000_000, ge=1)
     # Seconds an API process trusts its cached key lookups.
     key_cache_seconds: float = Field(default=5.0, ge=0)
     # Webhooks: attempts per event and the first retry delay (doubling each time).

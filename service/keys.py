@@ -25,6 +25,10 @@ class Keys:
         TTL (``service.stores.ingest``)."""
         return f"{self.prefix}:{{{s}}}:idk:{token}"
 
+    def idem_count(self, s: str, bucket: int) -> str:
+        """How many Idempotency-Key pointers the stream made in time bucket ``bucket``."""
+        return f"{self.prefix}:{{{s}}}:idkn:{bucket}"
+
     def lock(self, s: str, what: str) -> str:
         return f"{self.prefix}:{{{s}}}:lock:{what}"
 

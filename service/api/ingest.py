@@ -6,7 +6,14 @@ from fastapi import APIRouter, Header, Request, Response
 
 from service.api.deps import CtxDep, JsonRoute, ProducerKey
 from service.api.streams import StreamPath
-from service.errors import NotFound, PayloadTooLarge, Unavailable, ValidationError, error_responses
+from service.errors import (
+    NotFound,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unavailable,
+    ValidationError,
+    error_responses,
+)
 from service.ingest import service
 from service.ingest.schemas import IngestIn, IngestOut
 
@@ -17,7 +24,9 @@ router = APIRouter(prefix="/v1/streams", tags=["ingest"], route_class=JsonRoute)
     "/{stream}/observations",
     status_code=202,
     response_model=IngestOut,
-    responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
+    responses=error_responses(
+        NotFound, PayloadTooLarge, ValidationError, TooManyRequests, Unavailable
+    ),
 )
 async def ingest(
     body: IngestIn,

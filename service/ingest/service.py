@@ -26,7 +26,7 @@ from sqlalchemy import select
 from service.context import AppContext
 from service.core.runtime import StreamRuntime
 from service.db.models import ColdStoreKey
-from service.errors import PayloadTooLarge, Unavailable, ValidationError
+from service.errors import PayloadTooLarge, TooManyRequests, Unavailable, ValidationError
 from service.ingest.schemas import IngestIn, IngestOut
 from service.streams import service as streams
 from service.streams.validation import check_rows
@@ -43,6 +43,11 @@ INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 _DIGITS = bytes(49 if 48 <= b <= 57 else 48 for b in range(256))
 _LONG_RUN = b"1" * 19
 REUSED_KEY = "Idempotency-Key reused with a different request body"
+KEYS_FULL = (
+    "stream {name!r} remembers {cap} Idempotency-Keys (SELECTIVITY_IDEMPOTENCY_MAX_KEYS) for "
+    "SELECTIVITY_IDEMPOTENCY_TTL_SECONDS: a new key is refused until older ones expire; "
+    "batches without a key, and retries of remembered keys, are accepted"
+)
 NO_KEY = (
     "no cold-store key: run the key ceremony "
     "(`selectivity admin init-coldstore --shares N --threshold M`)"
@@ -196,7 +201,10 @@ async def ingest(
     # looked up in the hot period's earlier windows before its pointer is made (a replay found
     # there makes none, so every retry finds it there).
     look = rt.config.hot_windows >= 2
-    status, epoch = await store.claim(stream=name, token=token, ttl=ttl, create=not look)
+    cap = ctx.settings.idempotency_max_keys
+    status, epoch, delay = await store.claim(
+        stream=name, token=token, ttl=ttl, cap=cap, create=not look
+    )
     if status == "absent" and epoch is not None:
         replay = await store.find_replay(
             stream=name,
@@ -208,9 +216,11 @@ async def ingest(
         )
         if replay is not None:
             return _replayed(*replay)
-        status, epoch = await store.claim(stream=name, token=token, ttl=ttl)
+        status, epoch, delay = await store.claim(stream=name, token=token, ttl=ttl, cap=cap)
     if epoch is None:
         raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
+    if status == "full":
+        raise TooManyRequests(KEYS_FULL.format(name=name, cap=cap), retry_after=delay)
     for _ in range(MAX_WINDOW_RETRIES):
         out.window = epoch
         status, stored = await store.accept(
@@ -230,7 +240,11 @@ async def ingest(
         if status in ("dup", "mismatch"):
             return _replayed(status, stored)
         # closed without this key's batch: the key's pointer moves to the open epoch
-        _, fresh = await store.claim(stream=name, token=token, ttl=ttl, closed=epoch)
+        status, fresh, delay = await store.claim(
+            stream=name, token=token, ttl=ttl, cap=cap, closed=epoch
+        )
+        if status == "full":
+            raise TooManyRequests(KEYS_FULL.format(name=name, cap=cap), retry_after=delay)
         if fresh is None or fresh == epoch:
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")
         epoch = fresh

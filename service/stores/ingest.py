@@ -14,6 +14,8 @@ with ``legacy()``."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
@@ -22,6 +24,10 @@ from service.keys import Keys
 from service.lua import source, status_of
 
 FINGERPRINT_LEN = 64
+# A stream's pointers are counted in time buckets of ttl / COUNT_BUCKETS seconds; a count sums
+# the COUNT_BUCKETS + 1 buckets that may hold a live pointer (at most one bucket's worth of
+# expired pointers is still counted).
+COUNT_BUCKETS = 16
 
 
 def _stored(value: bytes, fingerprint: str) -> tuple[str, bytes | None]:
@@ -47,20 +53,38 @@ class IngestStore:
         stream: str,
         token: str,
         ttl: int,
+        cap: int,
         closed: int | None = None,
         create: bool = True,
-    ) -> tuple[str, int | None]:
-        """The window a batch with this keyed token goes to: ``('new', open epoch)`` (the first
-        request with the key: the pointer is made, for ``ttl`` seconds; ``('absent', open
-        epoch)`` instead when not ``create``), ``('at', window)`` (the pointer's window),
-        ``('moved', open epoch)`` (``closed``, where the pointer was, is closed without the
-        batch: the pointer moved) or ``('none', None)`` (no open epoch)."""
+    ) -> tuple[str, int | None, int]:
+        """The window a batch with this keyed token goes to, and a delay: ``('new', open
+        epoch)`` (the first request with the key: the pointer is made, for ``ttl`` seconds;
+        ``('absent', open epoch)`` instead when not ``create``), ``('full', open epoch)`` (not
+        made: the stream holds ``cap`` pointers; the delay is when the oldest may have gone),
+        ``('at', window)`` (the pointer's window), ``('moved', open epoch)`` (``closed``, where
+        the pointer was, is closed without the batch: the pointer moved) or ``('none', None)``
+        (no open epoch)."""
+        size = math.ceil(ttl / COUNT_BUCKETS)
+        now = time.time()
+        bucket = int(now // size)
+        counts = (
+            [self.k.idem_count(stream, bucket - i) for i in range(COUNT_BUCKETS + 1)]
+            if create
+            else []
+        )
         res = await self._claim(
-            keys=[self.k.idem_pointer(stream, token), self.k.epoch(stream)],
-            args=[ttl, "" if closed is None else str(closed), "1" if create else "0"],
+            keys=[self.k.idem_pointer(stream, token), self.k.epoch(stream), *counts],
+            args=[
+                ttl,
+                "" if closed is None else str(closed),
+                "1" if create else "0",
+                cap,
+                size * (COUNT_BUCKETS + 2),
+            ],
         )
         status = status_of(res)
-        return status, int(res[1]) if len(res) > 1 else None
+        delay = math.ceil((bucket + 1) * size - now)
+        return status, int(res[1]) if len(res) > 1 else None, delay
 
     async def accept(
         self,

@@ -1,7 +1,8 @@
 """An Idempotency-Key is honoured for ``idempotency_ttl_seconds`` whatever the rolls
 (docs/ARCHITECTURE.md, "Data path"): a retry is replayed, never counted again, with one hot
 window and after any number of rolls; the same key with another body is refused just as long;
-the records hold no row, expire by their TTL, and a key whose records expired is a new batch."""
+the records hold no row, expire by their TTL, and a key whose records expired is a new batch;
+a stream remembers at most ``idempotency_max_keys`` keys."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ async def test_a_pointer_left_at_a_window_that_never_took_the_batch_moves_on(api
     rt = await streams.runtime(ctx=api.ctx, name=name)
     store = api.ctx.stores.ingest
     token = key_token("idem-died", rt.hash_seed)
-    assert await store.claim(stream=name, token=token, ttl=600) == ("new", 1)
+    status, window, _ = await store.claim(stream=name, token=token, ttl=600, cap=10)
+    assert (status, window) == ("new", 1)
     for epoch in (2, 3):
         assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": epoch}
     body = {"observations": [obs("u1", "i1", 20, "1")]}
@@ -173,3 +175,26 @@ async def test_records_made_before_pointers_go_with_the_hot_period(api: Api) -> 
     assert (await window_cells(api.ctx, name, 2))["_hot"] == b"0"
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 3}
     assert not await api.ctx.redis.exists(record)
+
+
+async def test_a_stream_remembers_at_most_its_cap_of_keys(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond the cap a new key is refused (429, Retry-After, nothing accepted); its
+    remembered keys are still replayed, batches without a key still accepted."""
+    monkeypatch.setattr(api.ctx.settings, "idempotency_max_keys", 3)
+    name = await new_stream(api, "idt", hot_windows=1, retention_windows=10)
+    body = {"observations": [obs("u1", "i1", 20, "1")]}
+    for k in range(3):
+        h = {"Idempotency-Key": f"cap-{k}"}
+        r = await api.post(_url(name), role="producer", json=body, headers=h)
+        assert r.status_code == 202 and "Idempotent-Replayed" not in r.headers, r.text
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
+    r = await api.post(_url(name), role="producer", json=body, headers={"Idempotency-Key": "cap-3"})
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+    assert "IDEMPOTENCY_MAX_KEYS" in r.json()["detail"]
+    r = await api.post(_url(name), role="producer", json=body, headers={"Idempotency-Key": "cap-1"})
+    assert r.json() == {"accepted": 1, "window": 1} and r.headers.get("Idempotent-Replayed")
+    assert (await api.post(_url(name), role="producer", json=body)).status_code == 202
+    cells = await _all_cells(api, name, range(1, 3))
+    assert [cells[w]["_hot"] for w in (1, 2)] == [b"3", b"1"]
