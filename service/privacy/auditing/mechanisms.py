@@ -173,6 +173,13 @@ def count_tables(
 # -- a selection round -----------------------------------------------------------------------
 
 
+def _log_ratio(lp1: np.ndarray, lp0: np.ndarray) -> np.ndarray:
+    """ln P_1(o)/P_0(o) per outcome; 0 for an outcome impossible on both (⊥ without a
+    threshold)."""
+    both = np.isneginf(lp1) & np.isneginf(lp0)
+    return np.where(both, 0.0, lp1 - np.where(both, 0.0, lp0))
+
+
 def _selection_pair(
     stream: SmallStream, sets: Sequence[tuple[int, ...]]
 ) -> tuple[tuple[int, ...], tuple[int, ...], float]:
@@ -182,7 +189,7 @@ def _selection_pair(
     logp = {s: stream.selection_log_probs(v) for s, v in scores.items()}
     best, pair = -1.0, (sets[0], sets[0])
     for x, y in neighbours(stream, sets, "add_remove"):
-        loss = float(np.abs(logp[x] - logp[y]).max())
+        loss = float(np.abs(_log_ratio(logp[x], logp[y])).max())
         if loss > best:
             best, pair = loss, (x, y)
     return pair[1], pair[0], best
@@ -221,14 +228,19 @@ def selection_round(stream: SmallStream, *, max_len: int = 4) -> Case:
     d0, d1, loss = _selection_pair(stream, sets)
     lp0 = stream.selection_log_probs(np.array([c.gain for c in stream.selection_scores(d0)]))
     lp1 = stream.selection_log_probs(np.array([c.gain for c in stream.selection_scores(d1)]))
-    llr = lp1 - lp0
+    llr = _log_ratio(lp1, lp0)
 
     def sample(n: int) -> tuple[FloatArray, FloatArray]:
         return llr[_round_outcomes(stream, d0, n)], llr[_round_outcomes(stream, d1, n)]
 
     parts = {q["name"]: q for q in ledger(stream.cfg)["observation"]["parts"]}
     return Case(
-        mechanism=f"selection round (exponential mechanism, ⊥, margin {p.selection_margin:g})",
+        mechanism=f"selection round (exponential mechanism, score {p.selection_score}, "
+        + (
+            "no ⊥)"
+            if p.selection_threshold is None
+            else f"⊥ at {p.selection_threshold:g}, margin {p.selection_margin:g})"
+        ),
         relation=NEIGHBOUR_WORDS["add_remove"],
         claimed_epsilon=float(parts["table_selection"]["parameters"]["epsilon_per_round"]),
         delta=0.0,
@@ -264,14 +276,14 @@ def composition(stream: SmallStream, *, max_len: int = 3) -> Case:
     best, pair = -1.0, (sets[0], sets[0])
     for x, y in neighbours(stream, sets, "add_remove"):
         loss = float((np.abs(vec[x] - vec[y]) / scales).sum()) + rounds * float(
-            np.abs(logp[x] - logp[y]).max()
+            np.abs(_log_ratio(logp[x], logp[y])).max()
         )
         if loss > best:
             best, pair = loss, (x, y)
     d0, d1 = pair[1], pair[0]
     idx = np.flatnonzero(vec[d0] != vec[d1])
     a, b, s = vec[d0][idx], vec[d1][idx], scales[idx]
-    llr = logp[d1] - logp[d0]
+    llr = _log_ratio(logp[d1], logp[d0])
 
     def one(data: tuple[int, ...], truth: np.ndarray, n: int) -> FloatArray:
         stat = table_statistic("laplace", table_releases("laplace", truth, s, n), a, b, s)

@@ -52,8 +52,18 @@ def _keyed_stream(mechanism: str, c: int, calibration: str, budget: float) -> Sm
 
 
 @functools.cache
-def _selection_stream(epsilon_selection: float, selection_rounds: int = 1) -> SmallStream:
-    privacy = {"epsilon_selection": epsilon_selection, "selection_rounds": selection_rounds}
+def _selection_stream(
+    epsilon_selection: float, selection_rounds: int = 1, score: str = "aic", bottom: bool = True
+) -> SmallStream:
+    """Three binary features, two labels, a free slot; ``bottom``: the default ⊥ (threshold
+    0, margin 3), else none (every round picks)."""
+    privacy: dict[str, Any] = {
+        "epsilon_selection": epsilon_selection,
+        "selection_rounds": selection_rounds,
+        "selection_score": score,
+    }
+    if not bottom:
+        privacy |= {"selection_threshold": None, "selection_margin": 0.0}
     return small_stream(
         {
             "max_tables": 5,
@@ -81,10 +91,11 @@ def service_cases() -> list[m.Case]:
         m.count_tables(keyed_old, "add_remove"),
         m.count_tables(per_user, "user"),
         m.count_tables(per_user_g, "user"),
-        m.selection_round(_selection_stream(epsilon_selection=1.0)),
+        m.selection_round(_selection_stream(1.0)),
+        m.selection_round(_selection_stream(1.0, score="mi", bottom=False)),
         m.queue_period(beta=0.1, k=10),
         m.reidentification_mean(),
-        m.composition(_selection_stream(epsilon_selection=0.5, selection_rounds=2)),
+        m.composition(_selection_stream(0.5, 2)),
     ]
 
 

@@ -4,8 +4,8 @@ the search finds, has an audited lower bound on ε at most the ε it claims, and
 is caught (its bound above its claim).
 
 Rates. Each audit holds at confidence 1 − 1e-6: a mechanism that keeps its claim FAILs with
-probability at most 1e-6, so this file's 11 honest audits fail a correct service with
-probability at most 1.1e-5 per run. A planted bug PASSes (a missed bug) only when its bound
+probability at most 1e-6, so this file's 12 honest audits fail a correct service with
+probability at most 1.2e-5 per run. A planted bug PASSes (a missed bug) only when its bound
 falls below its claim: over 30 runs at these sizes and
 confidence the margin (bound − claim) was at least 0.40 for every planted bug, its mean 0.48
 (noise halved, s.d. 0.026), 0.48 (depth forgotten, s.d. 0.029), 3.4 (queue, s.d. 0.026) and
@@ -111,10 +111,11 @@ def test_the_batched_class_release_is_sum_release_draw() -> None:
         assert np.array_equal(sums[0], s) and counts[0] == c
 
 
-def test_the_audited_round_is_select_round() -> None:
+@pytest.mark.parametrize("bottom", [True, False])
+def test_the_audited_round_is_select_round(bottom: bool) -> None:
     """The audit calls ``select`` on the padded scores it computes; ``select_round`` on the
     same records, with the same Gumbel noise, picks the same."""
-    stream = suite._selection_stream(1.0)
+    stream = suite._selection_stream(1.0, score="aic" if bottom else "mi", bottom=bottom)
     p = stream.cfg.privacy
     rng = np.random.default_rng(0)
     for data in [(0, 3, 5), (1, 1, 2, 14), (7,), ()]:
@@ -147,12 +148,12 @@ def test_the_audited_round_is_select_round() -> None:
             assert [c.group for c in ours] == [c.group for c in theirs]
 
 
-def test_the_selection_statistic_is_the_round_distribution() -> None:
+@pytest.mark.parametrize("bottom", [True, False])
+def test_the_selection_statistic_is_the_round_distribution(bottom: bool) -> None:
     """The audit's exact outcome probabilities of a round match the frequencies of
     ``select`` (20,000 CSPRNG rounds; each frequency within 5 s.d. of its probability:
     false-failure rate < 1e-5 over the outcomes)."""
-    stream = suite._selection_stream(1.0)
-    p = stream.cfg.privacy
+    stream = suite._selection_stream(1.0, score="aic" if bottom else "mi", bottom=bottom)
     data = (1, 1, 2, 14)
     cands = stream.selection_scores(data)
     probs = np.exp(stream.selection_log_probs(np.array([c.gain for c in cands])))
@@ -160,4 +161,3 @@ def test_the_selection_statistic_is_the_round_distribution() -> None:
     freq = np.bincount(m._round_outcomes(stream, data, n), minlength=len(cands) + 1) / n
     sd = np.sqrt(probs * (1 - probs) / n)
     assert np.all(np.abs(freq - probs) <= 5 * sd + 1e-12), (freq, probs)
-    assert p.selection_margin == 3.0
