@@ -89,17 +89,21 @@ def batch_rows(body: IngestIn) -> list[bytes]:
     ]
 
 
-def batch_fingerprint(rows: list[bytes], secret: bytes) -> str:
-    """The batch's canonical rows (``batch_rows``: the validated body, re-encoded) hashed by
-    BLAKE2b keyed with ``secret``, 64 hex digits: the same body sent again to the stream has
-    the same fingerprint, in any window.
+def batch_fingerprint(rows: list[bytes], secret: bytes, token: str = "") -> str:
+    """The batch's canonical rows (``batch_rows``: the validated body, re-encoded) and the
+    keyed token of its Idempotency-Key (``key_token``) hashed by BLAKE2b keyed with
+    ``secret``, 64 hex digits: the same key and body sent again to the stream have the same
+    fingerprint, in any window. ``token`` '': the rows alone, as records made before the
+    fingerprint was bound to the key hold it (compared with, never written).
 
     The secret is the stream's hash seed (``stream.hash_seed``), which lives in SQL and in the
     processes' memory, never in Redis. Who reads Redis alone (its AOF, a replica, a copy, an
     account with the Redis URL) cannot recompute the fingerprint of a guessed batch, as they
-    could an unkeyed hash of a low-entropy row; who holds the SQL database too can, which is
-    why the record is also deleted with its window's hot period."""
+    could an unkeyed hash of a low-entropy row; who holds the SQL database too must guess the
+    Idempotency-Key as well as the batch, and only until the record expires."""
     digest = hashlib.blake2b(key=secret[:64], person=b"selectivity-idm", digest_size=32)
+    if token:
+        digest.update(b"key:%s:" % token.encode())
     for row in rows:
         digest.update(b"%d:" % len(row))
         digest.update(row)
@@ -186,13 +190,16 @@ async def ingest(
     out = IngestOut(accepted=len(rows), window=0)
     if idempotency_key is None:
         return await _accept_unkeyed(ctx, name, rows, out), False
-    fingerprint = batch_fingerprint(rows, rt.hash_seed)
     token = key_token(idempotency_key, rt.hash_seed)
+    fingerprint = batch_fingerprint(rows, rt.hash_seed, token)
     # records written before keyed fingerprints: looked up, never written
     legacy_token = hashlib.sha256(idempotency_key.encode()).hexdigest()
 
     def legacy() -> str:
         return legacy_fingerprint(rows)
+
+    def unbound() -> str:  # records made before fingerprints were bound to the key
+        return batch_fingerprint(rows, rt.hash_seed)
 
     store = ctx.stores.ingest
     ttl = ctx.settings.idempotency_ttl_seconds
@@ -212,6 +219,7 @@ async def ingest(
             token=token,
             legacy_token=legacy_token,
             fingerprint=fingerprint,
+            unbound=unbound,
             legacy=legacy,
         )
         if replay is not None:
@@ -229,6 +237,7 @@ async def ingest(
             token=token,
             legacy_token=legacy_token,
             fingerprint=fingerprint,
+            unbound=unbound,
             legacy=legacy,
             rows=rows,
             response=out.model_dump_json().encode(),
@@ -269,6 +278,7 @@ async def _accept_unkeyed(
             token=None,
             legacy_token=None,
             fingerprint="0" * 64,  # not stored: no key
+            unbound=lambda: "",
             legacy=lambda: "",
             rows=rows,
             response=b"",

@@ -9,7 +9,8 @@
 -- taken for a retry. A batch without a key is recorded nowhere.
 -- The record is looked up before the window's state: 'closed' means the window takes no more
 -- batches and never took this key's (the stream-level pointer may then move on, claim.lua).
--- The hash expires ARGV[3] seconds after its last record (idempotency_ttl_seconds).
+-- The hash expires ARGV[3] seconds after its last record (idempotency_ttl_seconds), or after
+-- the first retry found in it if it was made without a TTL.
 -- KEYS[1] meta hash, KEYS[2] the window's idem hash, KEYS[3] hot stream, KEYS[4] the batch's
 -- key as written before keyed fingerprints (read only).
 -- ARGV[1] keyed token ('' for a batch without a key), ARGV[2] fingerprint .. response to
@@ -19,6 +20,10 @@ local keyed = ARGV[1] ~= ''
 if keyed then
   local prev = redis.call('HGET', KEYS[2], ARGV[1])
   if prev then
+    if redis.call('TTL', KEYS[2]) == -1 then
+      -- made when records went with the hot period: a pointer now leads here, keep it as long
+      redis.call('EXPIRE', KEYS[2], ARGV[3])
+    end
     return {'dup', prev}
   end
   local old = redis.call('GET', KEYS[4])

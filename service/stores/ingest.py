@@ -2,15 +2,16 @@
 into a window's hot stream (ingest.lua), finding a retried batch's stored response.
 
 A window's keyed batches are one hash (``Keys.idem_window``): field the keyed token of the
-batch's Idempotency-Key, value its keyed fingerprint (64 hex digits, ``FINGERPRINT_LEN``)
-followed by the response (``service.ingest.service`` keys both with the stream's secret). The
-hash expires ``idempotency_ttl_seconds`` after its last record. The stream-level pointer of a
-key (``Keys.idem_pointer``, the same keyed token) holds the window its batch went to, with the
-same life counted from the key's first request: a retry is looked up in one window, however
-many rolled since. Records written before keyed fingerprints (``Keys.idem``, one string per
-batch with a TTL) are read, never written: a response alone (JSON, starting with ``{``) is
-taken for a retry, as it was then; else its first 64 digits are the batch's SHA-256, compared
-with ``legacy()``."""
+batch's Idempotency-Key, value the keyed fingerprint of the key and the batch (64 hex
+digits, ``FINGERPRINT_LEN``) followed by the response (``service.ingest.service`` keys both
+with the stream's secret; records made before the fingerprint was bound to the key hold the
+rows' alone, compared with ``unbound()``). The hash expires ``idempotency_ttl_seconds`` after
+its last record. The stream-level pointer of a key (``Keys.idem_pointer``, the same keyed
+token) holds the window its batch went to, with the same life counted from the key's first
+request: a retry is looked up in one window, however many rolled since. Records written
+before keyed fingerprints (``Keys.idem``, one string per batch with a TTL) are read, never
+written: a response alone (JSON, starting with ``{``) is taken for a retry, as it was then;
+else its first 64 digits are the batch's SHA-256, compared with ``legacy()``."""
 
 from __future__ import annotations
 
@@ -30,12 +31,16 @@ FINGERPRINT_LEN = 64
 COUNT_BUCKETS = 16
 
 
-def _stored(value: bytes, fingerprint: str) -> tuple[str, bytes | None]:
-    """``('dup', response)`` when ``value`` was stored for this fingerprint (or before
-    fingerprints), else ``('mismatch', None)``."""
+def _stored(
+    value: bytes, fingerprint: str, unbound: Callable[[], str] | None = None
+) -> tuple[str, bytes | None]:
+    """``('dup', response)`` when ``value`` was stored for this fingerprint (or, made before
+    fingerprints were bound to the key, for ``unbound()``; or before fingerprints), else
+    ``('mismatch', None)``."""
     if value.startswith(b"{"):
         return "dup", value
-    if value[:FINGERPRINT_LEN] != fingerprint.encode():
+    head = value[:FINGERPRINT_LEN]
+    if head != fingerprint.encode() and (unbound is None or head != unbound().encode()):
         return "mismatch", None
     return "dup", value[FINGERPRINT_LEN:]
 
@@ -94,6 +99,7 @@ class IngestStore:
         token: str | None,
         legacy_token: str | None,
         fingerprint: str,
+        unbound: Callable[[], str],
         legacy: Callable[[], str],
         rows: list[bytes],
         response: bytes,
@@ -116,7 +122,7 @@ class IngestStore:
         res = await self._ingest(keys=keys, args=args)
         status = status_of(res)
         if status == "dup":
-            return _stored(bytes(res[1]), fingerprint)
+            return _stored(bytes(res[1]), fingerprint, unbound)
         if status == "legacy":
             return _stored(bytes(res[1]), legacy())
         return status, None
@@ -129,6 +135,7 @@ class IngestStore:
         token: str,
         legacy_token: str,
         fingerprint: str,
+        unbound: Callable[[], str],
         legacy: Callable[[], str],
     ) -> tuple[str, bytes | None] | None:
         """A batch with this idempotency token in ``windows`` (records made without the
@@ -143,7 +150,7 @@ class IngestStore:
         found = await pipe.execute()
         for keyed, old in zip(found[::2], found[1::2], strict=True):
             if keyed is not None:
-                return _stored(bytes(keyed), fingerprint)
+                return _stored(bytes(keyed), fingerprint, unbound)
             if old is not None:
                 return _stored(bytes(old), legacy())
         return None

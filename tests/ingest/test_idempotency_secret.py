@@ -51,8 +51,12 @@ async def test_the_fingerprint_is_keyed_by_a_secret_that_is_not_in_redis(api: Ap
     assert stored != hashlib.sha256(b"".join(rows)).hexdigest()
     assert stored != hashlib.blake2b(b"".join(rows), digest_size=32).hexdigest()
     seed = await _seed(api, name)
-    assert stored == batch_fingerprint(rows, seed)  # keyed by the stream's hash seed
-    assert stored != batch_fingerprint(rows, b"\x00" * 32)
+    token = key_token("batch-1", seed)
+    assert stored == batch_fingerprint(rows, seed, token)  # keyed by the stream's hash seed
+    assert stored != batch_fingerprint(rows, b"\x00" * 32, token)
+    # and bound to the key: who holds the seed must guess the key as well as the batch
+    assert stored != batch_fingerprint(rows, seed)
+    assert stored != batch_fingerprint(rows, seed, key_token("batch-2", seed))
     # the client's key is not stored either, and the secret is nowhere in Redis
     assert field.decode() == key_token("batch-1", seed)
     assert field != hashlib.sha256(b"batch-1").hexdigest().encode()

@@ -156,9 +156,9 @@ async def test_records_hold_no_row_expire_by_ttl_and_then_the_key_is_new(api: Ap
 
 
 async def test_records_made_before_pointers_go_with_the_hot_period(api: Api) -> None:
-    """A window's record hash without a TTL (made when records went with the hot period, no
-    pointer leads to it) is still a retry while its window is hot, and deleted when it leaves
-    the hot period."""
+    """A window's record hash without a TTL (made when records went with the hot period and
+    fingerprints were the rows' alone; no pointer leads to it) is still a retry while its
+    window is hot, and deleted when it leaves the hot period."""
     name = await new_stream(api, "idt", hot_windows=2, retention_windows=10)
     rt = await streams.runtime(ctx=api.ctx, name=name)
     body = {"observations": [obs("u1", "i1", 20, "1")]}
@@ -173,6 +173,15 @@ async def test_records_made_before_pointers_go_with_the_hot_period(api: Api) -> 
         assert r.json() == {"accepted": 1, "window": 1} and r.headers.get("Idempotent-Replayed")
         assert not await api.ctx.redis.exists(api.ctx.keys.idem_pointer(name, token))
     assert (await window_cells(api.ctx, name, 2))["_hot"] == b"0"
+    # one made in the open window, with the rows' fingerprint alone, is a retry there too
+    other = key_token("idem-old2", rt.hash_seed)
+    open_record = api.ctx.keys.idem_window(name, 2)
+    await api.ctx.redis.hset(open_record, other, fingerprint + '{"accepted":1,"window":2}')
+    h = {"Idempotency-Key": "idem-old2"}
+    r = await api.post(_url(name), role="producer", json=body, headers=h)
+    assert r.json() == {"accepted": 1, "window": 2} and r.headers.get("Idempotent-Replayed")
+    assert (await window_cells(api.ctx, name, 2))["_hot"] == b"0"
+    assert await api.ctx.redis.ttl(open_record) > 0  # a pointer leads there now: kept as long
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 3}
     assert not await api.ctx.redis.exists(record)
 
