@@ -1,6 +1,6 @@
 """The train set fetched with ``model_id`` while a roll is under way records the training at
-the epoch it served, never a 422 (docs/ARCHITECTURE.md, "Models and forced retraining"): a
-roll serves its new epoch before its commit moves the stream's epoch in SQL."""
+the epoch it served, never a 422 (``service.models.service.report_trained``): a roll serves
+its new epoch before its commit moves the stream's epoch in SQL."""
 
 from __future__ import annotations
 
