@@ -112,6 +112,17 @@ def guarantee_line(out: dict[str, Any]) -> str:
     )
 
 
+def progress_line(out: dict[str, Any]) -> str:
+    """One line of an audit's state: its progress and stage while it runs; once it failed,
+    that it failed, how far it got and why."""
+    pct = f"{100 * out['progress']:.1f} %"
+    if out["status"] == "failed":
+        return f"failed at {pct}: {out.get('error') or 'no reason recorded'}"
+    if out["status"] == "done":
+        return "done"
+    return f"{pct:>7} {out.get('stage') or out['status']}"
+
+
 def cmd_reidentify(args: argparse.Namespace) -> None:
     """Start the audit, follow its progress (a bar; on a non-terminal also one line per
     stage), print the results."""
@@ -132,12 +143,12 @@ def cmd_reidentify(args: argparse.Namespace) -> None:
                 bar.update(task, completed=out["progress"], description=out.get("stage") or "")
                 if out.get("stage") != stage and not console.is_terminal:
                     stage = out.get("stage")
-                    bar.console.print(f"{100 * out['progress']:5.1f} % {stage}")
+                    bar.console.print(progress_line(out))
                 if out["status"] != "running":
                     break
                 time.sleep(POLL_SECONDS)
     if out["status"] == "failed":
-        sys.exit(f"error: the audit failed: {out.get('error')}")
+        sys.exit(f"error: the audit {progress_line(out)}")
     eps = out.get("epsilon")
     console.print(
         f"{out['source']}, release {out['release']['kind']}"

@@ -112,7 +112,7 @@ async def anonymize_run(ctx: dict[str, Any], *, id: str) -> dict:  # noqa: A002
 
 @counted
 async def reidentification_run(ctx: dict[str, Any], *, id: str) -> dict:  # noqa: A002
-    """Run a re-identification audit (a rerun after a crash starts over)."""
+    """Run a re-identification audit (a rerun after a crash resumes from its checkpoints)."""
     return await audits.run(ctx=ctx["app"], a=id)
 
 

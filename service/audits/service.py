@@ -7,8 +7,15 @@ an attacker who holds the records and reads a class-level release recovers of th
 release, runs ``service.core.pu.audit`` in a worker thread (BLAS and OpenMP on
 ``Settings.audit_threads`` threads: ``service.core.threads``) while a throttled writer records
 its progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
-latest finished audit for its privacy ledger. A run that crashed (a lost worker: SAQ runs the
-job again) starts over; a run already done is not redone.
+latest finished audit for its privacy ledger. A run already done is not redone.
+
+Resuming. The job checkpoints every noise draw (``_attacks``): the draw's noisy release before
+its attacks train, their figures after; and a stream source's records once read. A run that
+was interrupted (the worker stopped, or killed: ``workers.runner`` requeues its job within
+seconds, up to ``RESUMES`` times) resumes from them: finished draws are kept, an unfinished
+one is re-trained on its stored release, never on a fresh noise draw, so the figures are of
+the same kind as an uninterrupted run's (``draws`` releases, each attacked once, each drawn
+once); the progress shown never goes back. Nothing is charged to a privacy ledger either way.
 
 Sources. Inline: the records as given; ``class_mean`` with ε clips them to the declared
 ``value_range``. A stream: the records of the hot period of the served epoch (the open epoch's
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import threading
 import time
@@ -75,6 +83,9 @@ JOB_TIMEOUT_SECONDS = 4 * 3600
 # The job fails itself (and stops its thread) before SAQ's timeout would cancel it and leave
 # its status "running" until it expired.
 COMPUTE_SECONDS = JOB_TIMEOUT_SECONDS - 300
+RESUMES = 20
+"""Runs after an interruption (a lost worker, a stopped one) before the job is given up: each
+resumes from the last checkpoint."""
 PROGRESS_SECONDS = 0.5  # the least time between two progress writes of an audit
 HOT_CHUNK = 5000
 CONFIG = pu.PUConfig()
@@ -152,6 +163,7 @@ async def create(*, ctx: AppContext, body: AuditCreate, owner: str) -> tuple[str
         key=f"reidentification:{a}",
         owner=owner,
         timeout=JOB_TIMEOUT_SECONDS,
+        retries=RESUMES,
         id=a,
     )
     detail = {
@@ -313,6 +325,14 @@ class _Stopped(Exception):
     """The job gave up on the computation (its deadline, or the worker shutting down)."""
 
 
+class _TimedOut(Exception):
+    """The run passed ``COMPUTE_SECONDS``."""
+
+
+class _Gone(Exception):
+    """The audit was deleted (a roll, its expiry) while the job ran: it writes nothing more."""
+
+
 def _retrieve(work: asyncio.Future[Any]) -> None:
     """Collect the outcome of a computation the job gave up on (no "never retrieved" log)."""
     if not work.cancelled():
@@ -320,63 +340,292 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
 
 
 def _compute(
-    inp: dict[str, Any],
-    spec: dict[str, Any],
-    progress: list[Any],
-    stop: threading.Event,
-    threads: int,
+    kwargs: dict[str, Any], progress: list[Any], stop: threading.Event, threads: int
 ) -> dict[str, Any]:
-    """The audit, in a worker thread; the job has limited BLAS to ``threads`` threads, and this
-    thread's OpenMP is limited here (``service.core.threads``)."""
+    """One ``pu.audit`` call, in a worker thread; the job has limited BLAS to ``threads``
+    threads, and this thread's OpenMP is limited here (``service.core.threads``)."""
 
     def tick(p: float, stage: str) -> None:
         if stop.is_set():  # a thread cannot be cancelled: it stops at its next progress report
             raise _Stopped
         progress[0], progress[1] = p, stage
 
-    release = spec["release"]
-    domain = inp.get("domain")
-    if domain is None and release.get("value_range") is not None:
-        domain = pu.Domain.box(*release["value_range"])
     with openmp_limited(threads):
-        res = pu.audit(
-            inp["x"],
-            inp["y"],
-            positive=spec["positive_label"],
-            attacks=spec["attacks"],
-            classifier=spec["classifier"],
-            epsilon=release.get("epsilon") if "released" not in inp else inp.get("epsilon"),
-            domain=domain,
-            draws=spec.get("draws", 1),
-            config=CONFIG,
-            progress=tick,
-            released=inp.get("released"),
+        return pu.audit(**kwargs, config=CONFIG, progress=tick)
+
+
+class _Progress:
+    """The audit's progress as written: never lower than what was written before (a resumed
+    draw starts again from its checkpoint, below the fraction shown when it was interrupted,
+    and the figure waits until the work catches up)."""
+
+    def __init__(self, store: AuditStore, a: str, shown: float) -> None:
+        self.store, self.a, self.shown = store, a, shown
+
+    async def write(self, fraction: float, stage: str) -> None:
+        self.shown = max(self.shown, min(fraction, 1.0))
+        await self.store.set_progress(self.a, self.shown, stage)
+
+
+async def _in_thread(
+    kwargs: dict[str, Any],
+    shown: _Progress,
+    *,
+    base: float,
+    weight: float,
+    suffix: str,
+    deadline: float,
+    threads: int,
+) -> dict[str, Any]:
+    """``_compute(kwargs)`` in a worker thread while its progress is written (scaled to
+    ``base + weight · fraction`` of the whole audit), at most every ``PROGRESS_SECONDS``;
+    ``_TimedOut`` past ``deadline``. Cancelled (the worker stops), or timed out, the thread
+    stops at its next progress report."""
+    progress: list[Any] = [0.0, "starting"]
+    stop = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(_compute, kwargs, progress, stop, threads))
+    written: list[Any] = [0.0, ""]
+    try:
+        while not work.done():
+            await asyncio.wait([work], timeout=PROGRESS_SECONDS)
+            if time.monotonic() > deadline and not work.done():
+                raise _TimedOut
+            if progress != written and not work.done():
+                written = list(progress)
+                await shown.write(base + weight * float(written[0]), str(written[1]) + suffix)
+    except (asyncio.CancelledError, _TimedOut):
+        stop.set()
+        work.add_done_callback(_retrieve)
+        raise
+    return work.result()
+
+
+def _pack_bits(x: np.ndarray, labels: list[str]) -> bytes:
+    """0/1 records (one-hot) at one bit a value, for the checkpoint of a stream source."""
+    head = orjson.dumps({"n": x.shape[0], "d": x.shape[1], "labels": labels, "bits": True})
+    return head + b"\n" + np.packbits(x.astype(bool), axis=1).tobytes()
+
+
+def _unpack_any(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    head, _, body = blob.partition(b"\n")
+    h = orjson.loads(head)
+    if not h.get("bits"):
+        return _unpack(blob)
+    packed = np.frombuffer(body, dtype=np.uint8).reshape(h["n"], -1)
+    x = np.unpackbits(packed, axis=1, count=h["d"]).astype(np.float32)
+    return x, np.asarray(h["labels"], dtype=object)
+
+
+STREAM_FIELDS = (
+    "epoch",
+    "source",
+    "windows",
+    "dropped_columns",
+    "mechanism",
+    "epsilon",
+    "count_period",
+    "n_hat_p",
+    "guarantee",
+)
+
+
+async def _inputs(
+    ctx: AppContext, store: AuditStore, spec: dict[str, Any], a: str, meta: dict[str, bytes]
+) -> dict[str, Any] | None:
+    """The records the audit attacks (None: the inline records expired). A stream source's are
+    read once and kept, encoded, in the audit's ``input`` key (with what the job read off the
+    tables in ``meta``'s ``inputs``) until it ends, so a resumed audit attacks the same records
+    and the same table release; it still ends when the stream rolls past them (``_Rolled``)."""
+    blob = await store.input(a)
+    if spec["source"] == "inline":
+        if blob is None:
+            return None
+        x, y = _unpack(blob)
+        return {"x": x, "y": y}
+    if blob is not None and "inputs" in meta:
+        name = spec["source"].split(":", 1)[1]
+        rt = await streams.runtime(ctx=ctx, name=name)
+        if rt.id != spec["stream_id"]:
+            raise ValueError(f"source.stream: stream {name!r} was deleted since the audit began")
+        saved = orjson.loads(meta["inputs"])
+        if not await _still_hot(ctx, rt, saved["windows"][0]):
+            raise _Rolled
+        x, y = _unpack_any(blob)
+        inp = {**saved, "x": x, "y": y, "domain": pu.Domain.one_hot(saved["tables"])}
+        if saved.get("released") is not None:
+            inp["released"] = np.asarray(saved["released"], dtype=np.float64)
+        return inp
+    inp = await _stream_input(ctx, spec, a)
+    saved = {k: inp.get(k) for k in STREAM_FIELDS}
+    saved["tables"] = inp["domain"].tables
+    if "released" in inp:
+        saved["released"] = np.asarray(inp["released"], dtype=np.float64).tolist()
+    packed = await asyncio.to_thread(_pack_bits, inp["x"], [str(v) for v in inp["y"]])
+    if not await store.keep_input(
+        a, packed, expires_at_ms=int(meta["expires_at"]), inputs=orjson.dumps(saved)
+    ):
+        raise _Gone
+    return inp
+
+
+async def _attacks(
+    ctx: AppContext,
+    store: AuditStore,
+    a: str,
+    spec: dict[str, Any],
+    inp: dict[str, Any],
+    meta: dict[str, bytes],
+    shown: _Progress,
+) -> dict[str, Any]:
+    """The audit, draw by draw, from its checkpoints in ``meta``: ``release:<i>`` (draw i's
+    noisy sum and count, written before its attacks train), ``draw:<i>`` (its attacks'
+    figures) and ``final`` (K-means, the prior and the oracle, which read no release). A draw
+    with figures is not run again; one with a release is re-trained on that release, never on
+    a fresh noise draw; so a resumed audit attacks ``draws`` releases, each once, as an
+    uninterrupted one does."""
+    release, positive = spec["release"], spec["positive_label"]
+    x, y = inp["x"], inp["y"]
+    draws = int(spec.get("draws", 1))
+    attacks = list(dict.fromkeys(spec["attacks"]))
+    pu_attacks = [t for t in attacks if t != "kmeans"]
+    is_pos = y == positive
+    if x.shape[0] < 2 or not is_pos.any() or is_pos.all():
+        raise ValueError("y must contain the positive label and at least one other label")
+    n, d = x.shape
+    batches = math.ceil(n / CONFIG.batch_size)
+    work = {
+        "growpu": CONFIG.t_pre + 2 * CONFIG.t_tune,
+        "nnpu": CONFIG.pu_epochs * batches,
+        "upu": CONFIG.pu_epochs * batches,
+    }
+    per_draw = sum(work[t] for t in pu_attacks)
+    total = draws * per_draw + 1 + CONFIG.oracle_epochs * batches
+    mechanism: pu.SumRelease | None = None
+    units: np.ndarray | None = None
+    fixed: np.ndarray | None = None
+    if "released" in inp:
+        fixed, epsilon = np.asarray(inp["released"], dtype=np.float64), inp.get("epsilon")
+    elif release.get("epsilon") is not None:
+        epsilon = release["epsilon"]
+        domain = inp.get("domain") or pu.Domain.box(*release["value_range"])
+        mechanism = pu.calibrate(domain, dimensions=d, epsilon=epsilon)
+        units = await asyncio.to_thread(mechanism.units, x[is_pos])
+    else:
+        epsilon = None
+        fixed = x[is_pos].astype(np.float64).mean(axis=0)
+    common = {"x": x, "y": y, "positive": positive, "classifier": spec["classifier"]}
+    deadline = time.monotonic() + COMPUTE_SECONDS
+    threads = ctx.settings.audit_threads
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in pu_attacks}
+    seconds = dict.fromkeys(pu_attacks, 0.0)
+    for i in range(draws if pu_attacks else 0):
+        done = meta.get(f"draw:{i}")
+        if done is None:
+            if mechanism is not None:
+                assert units is not None
+                kept = meta.get(f"release:{i}")
+                if kept is None:
+                    noisy_sum, noisy_count = await asyncio.to_thread(mechanism.draw, units)
+                    kept = orjson.dumps({"sum": noisy_sum.tolist(), "count": noisy_count})
+                    if not await store.checkpoint(a, {f"release:{i}": kept}):
+                        raise _Gone
+                r = orjson.loads(kept)
+                mean = mechanism.mean(np.asarray(r["sum"], dtype=np.int64), int(r["count"]))
+            else:
+                assert fixed is not None
+                mean = fixed
+            res = await _in_thread(
+                {
+                    **common,
+                    "attacks": pu_attacks,
+                    "epsilon": epsilon,
+                    "draws": 1,
+                    "oracle": False,
+                    "released": mean,
+                },
+                shown,
+                base=i * per_draw / total,
+                weight=per_draw / total,
+                suffix=f" (draw {i + 1}/{draws})" if draws > 1 else "",
+                deadline=deadline,
+                threads=threads,
+            )
+            done = orjson.dumps(
+                {
+                    t: {
+                        "scores": {m: res["results"][t][m] for m in pu.METRICS},
+                        "seconds": res["results"][t]["seconds"],
+                    }
+                    for t in pu_attacks
+                }
+            )
+            if not await store.checkpoint(a, {f"draw:{i}": done}):
+                raise _Gone
+            await shown.write((i + 1) * per_draw / total, f"draw {i + 1}/{draws} done")
+        for t, r in orjson.loads(done).items():
+            runs[t].append(r["scores"])
+            seconds[t] += r["seconds"]
+    final_raw = meta.get("final")
+    if final_raw is None:
+        res = await _in_thread(
+            {**common, "attacks": ["kmeans"], "epsilon": None, "draws": 1},
+            shown,
+            base=draws * per_draw / total,
+            weight=1 - draws * per_draw / total,
+            suffix="",
+            deadline=deadline,
+            threads=threads,
         )
-    guarantee = inp.get("guarantee") if "released" in inp else res["guarantee"]
+        final_raw = orjson.dumps(
+            {
+                "results": {k: res["results"][k] for k in ("kmeans", "prior", "oracle")},
+                "n": res["n"],
+                "pi_p": res["pi_p"],
+            }
+        )
+        if not await store.checkpoint(a, {"final": final_raw}):
+            raise _Gone
+    final = orjson.loads(final_raw)
+    results: dict[str, Any] = {}
+    for t in attacks:
+        if t == "kmeans":
+            results[t] = final["results"]["kmeans"]
+        else:
+            results[t] = {**pu.summarise(runs[t]), "seconds": seconds[t]}
+    results["prior"] = final["results"]["prior"]
+    results["oracle"] = final["results"]["oracle"]
+    guarantee = mechanism.guarantee() if mechanism is not None else None
+    if "released" in inp:
+        guarantee = inp.get("guarantee")
     if guarantee is not None and "source" not in guarantee:
-        guarantee["source"] = inp.get("source", f"the {res['n']} inline rows")
-    summary = {
-        "results": res["results"],
-        "n": res["n"],
-        "pi_p": res["pi_p"],
-        "dimensions": int(inp["x"].shape[1]),
-        "epsilon": res["epsilon"],
+        guarantee["source"] = inp.get("source", f"the {final['n']} inline rows")
+    spent = sum(seconds.values()) + sum(r.get("seconds", 0.0) for r in final["results"].values())
+    return {
+        "results": results,
+        "n": final["n"],
+        "pi_p": final["pi_p"],
+        "dimensions": int(d),
+        "epsilon": epsilon,
         "guarantee": guarantee,
-        "draws": res["draws"],
-        "noise_scale": None if "released" in inp else res["noise_scale"],
-        "count_noise_scale": None if "released" in inp else res["count_noise_scale"],
+        "draws": draws,
+        "noise_scale": None
+        if "released" in inp
+        else (guarantee["sum_noise_scale"] if mechanism is not None and guarantee else 0.0),
+        "count_noise_scale": None
+        if "released" in inp
+        else (guarantee["count_noise_scale"] if mechanism is not None and guarantee else 0.0),
         "mechanism": inp.get("mechanism"),
         "epoch": inp.get("epoch"),
         "count_period": inp.get("count_period"),
         "n_hat_p": inp.get("n_hat_p"),
         "dropped_columns": inp.get("dropped_columns"),
-        "seconds": round(res["seconds"], 3),
+        "seconds": round(spent, 3),
     }
-    return summary
 
 
 async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
-    """The job: compute audit ``a`` unless it is done, failed or expired."""
+    """The job: compute audit ``a`` unless it is done, failed or expired, resuming from its
+    checkpoints (``_attacks``) when an earlier run was interrupted."""
     store = _store(ctx)
     meta = await store.meta(a)
     if meta is None or "spec" not in meta:
@@ -386,53 +635,32 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
     spec = orjson.loads(meta["spec"])
     expires_at_ms = int(meta["expires_at"])
     stream = spec["source"].split(":", 1)[1] if spec["source"] != "inline" else None
-    await store.set_progress(a, 0.0, "reading the records")
+    shown = _Progress(store, a, float(meta.get("progress", b"0")))
+    resumed = any(k == "inputs" or k.startswith(("draw:", "release:")) for k in meta)
+    await shown.write(0.0, "resuming" if resumed else "reading the records")
 
     async def fail(error: str) -> dict[str, Any]:
         await store.finish(a, expires_at_ms=expires_at_ms, summary=None, error=error, stream=None)
         return {"status": "failed"}
 
     try:
-        if stream is None:
-            blob = await store.input(a)
-            if blob is None:
-                return {"status": "expired"}
-            x, y = _unpack(blob)
-            del blob
-            inp: dict[str, Any] = {"x": x, "y": y}
-        else:
-            inp = await _stream_input(ctx, spec, a)
-        progress: list[Any] = [0.0, "starting"]
-        stop = threading.Event()
-        threads = ctx.settings.audit_threads
-        with blas_limited(threads):  # the process's limit: set from this thread (core.threads)
-            work = asyncio.ensure_future(
-                asyncio.to_thread(_compute, inp, spec, progress, stop, threads)
-            )
-            written: list[Any] = [0.0, ""]
-            deadline = time.monotonic() + COMPUTE_SECONDS
-            try:
-                while not work.done():
-                    await asyncio.wait([work], timeout=PROGRESS_SECONDS)
-                    if time.monotonic() > deadline and not work.done():
-                        stop.set()
-                        work.add_done_callback(_retrieve)
-                        return await fail(
-                            f"the audit ran longer than {COMPUTE_SECONDS} s; audit fewer records, "
-                            "the linear classifier, or fewer attacks"
-                        )
-                    if progress != written and not work.done():
-                        written = list(progress)
-                        await store.set_progress(a, float(written[0]), str(written[1]))
-            except asyncio.CancelledError:  # the worker stops: the job is requeued and starts over
-                stop.set()
-                work.add_done_callback(_retrieve)
-                raise
-        summary = work.result()
+        inp = await _inputs(ctx, store, spec, a, meta)
+        if inp is None:
+            return {"status": "expired"}
+        with blas_limited(ctx.settings.audit_threads):  # the process's limit: core.threads
+            summary = await _attacks(ctx, store, a, spec, inp, meta, shown)
     except _Rolled:  # the roll's expiry may have run before the audit was listed
         assert stream is not None
         await store.delete(stream, [a])
         return {"status": "expired"}
+    except _Gone:
+        await store.r.delete(store.key(a, "input"))
+        return {"status": "expired"}
+    except _TimedOut:
+        return await fail(
+            f"the audit ran longer than {COMPUTE_SECONDS} s; audit fewer records, "
+            "the linear classifier, or fewer attacks"
+        )
     except ValueError as exc:  # the core's and the reader's messages name fields, never values
         return await fail(str(exc))
     except ServiceError as exc:  # e.g. the stream was deleted since

@@ -1,9 +1,10 @@
 """The Redis side of re-identification audits (``service.stores.jobs``). Every key of audit
 ``a`` is ``<prefix>:{ra:<a>}:<what>`` and expires at the audit's ``expires_at``: ``meta`` (a
-hash: ``spec``, ``status``, ``progress``, ``stage``, ``summary``, ``error``, ``expires_at``)
-and ``input`` (inline records as float32 bytes and their labels, deleted when the audit is done
-or failed). ``<prefix>:{ra-stream:<name>}:latest`` holds the id of the stream's latest finished
-audit, with the same expiry as that audit.
+hash: ``spec``, ``status``, ``progress``, ``stage``, ``summary``, ``error``, ``expires_at``,
+and the job's checkpoints: ``inputs``, ``release:<i>``, ``draw:<i>``, ``final``) and ``input``
+(inline records as float32 bytes and their labels, or a stream source's records as read, one
+bit a value; deleted when the audit is done or failed). ``<prefix>:{ra-stream:<name>}:latest``
+holds the id of the stream's latest finished audit, with the same expiry as that audit.
 
 An audit of a stream source is also listed in the stream's index
 ``<prefix>:{ra-stream:<name>}:index`` (a sorted set: id scored by the oldest window whose hot
@@ -86,6 +87,24 @@ class AuditStore(JobStore):
         fields = {"progress": f"{progress:.4f}", "stage": stage}
         await self._if_live(meta, lambda p: p.hset(meta, mapping=fields))  # type: ignore[arg-type]
 
+    async def checkpoint(self, a: str, fields: dict[str, bytes]) -> bool:
+        """Add checkpoint fields to the audit's ``meta`` (``service.audits.service._attacks``)
+        while it exists: whether they were written."""
+        meta = self.key(a, "meta")
+        return await self._if_live(meta, lambda p: p.hset(meta, mapping=fields))  # type: ignore[arg-type]
+
+    async def keep_input(self, a: str, blob: bytes, *, expires_at_ms: int, inputs: bytes) -> bool:
+        """Keep a stream source's encoded records as the audit's ``input`` (deleted when it
+        ends, expiring with it) and what was read with them as ``meta``'s ``inputs``, in one
+        transaction while the audit exists: whether they were written."""
+        meta = self.key(a, "meta")
+
+        def write(p: Pipeline) -> None:
+            p.set(self.key(a, "input"), blob, pxat=expires_at_ms)
+            p.hset(meta, "inputs", inputs)
+
+        return await self._if_live(meta, write)
+
     async def finish(
         self,
         a: str,
@@ -101,9 +120,10 @@ class AuditStore(JobStore):
         meta = self.key(a, "meta")
         fields: dict[str, str | bytes] = {
             "status": "done" if error is None else "failed",
-            "progress": "1" if error is None else "0",
             "stage": "done" if error is None else "failed",
         }
+        if error is None:  # a failed audit keeps the progress it had reached
+            fields["progress"] = "1"
         if summary is not None:
             fields["summary"] = orjson.dumps(summary)
         if error is not None:
