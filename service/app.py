@@ -7,6 +7,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -40,7 +41,7 @@ from service.api import web as web_router
 from service.api import windows as windows_router
 from service.coldstore.service import init_embedded_key, warn_without_key
 from service.config import Settings
-from service.context import AppContext, make_process_pool
+from service.context import AppContext, start_process_pool, stop_process_pool
 from service.core import logsafe
 from service.db import session as db_session
 from service.errors import ServiceError
@@ -94,6 +95,11 @@ class Metrics:
             REQUESTS.labels(path, str(status)).inc()
 
 
+def _stop_started_pool(start: asyncio.Future[ProcessPoolExecutor]) -> None:
+    if not start.cancelled() and start.exception() is None:
+        stop_process_pool(start.result())
+
+
 def create_app(settings: Settings | None = None, *, ctx: AppContext | None = None) -> FastAPI:
     """The app. With ``ctx`` given (tests), the caller owns the resources; otherwise the
     lifespan builds them (and, in embedded mode, the embedded Redis and the worker)."""
@@ -107,19 +113,35 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
             app.state.ctx = ctx
             yield
             return
-        embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
-        own = await resources.build(settings, embedded=embedded)
-        app.state.ctx = own
-        path = await bootstrap_admin(sessionmaker=own.sessionmaker, settings=settings)
-        if path:
-            log.warning("created the bootstrap admin key in %s (mode 0600)", path)
-        if embedded is not None:
-            await init_embedded_key(own)
-        else:
-            await warn_without_key(own)
-        worker = None
+        # the process pool starts first, in a thread (its forkserver imports the noise's
+        # modules), while Redis and the database are set up; it is ready before the server
+        # listens, so the first stream creation does not pay for it
+        pool = None
         if settings.run_worker_in_process:
-            own.executor = make_process_pool()
+            pool = asyncio.ensure_future(start_process_pool())
+            await asyncio.sleep(0)  # let it hand its start to its thread now
+        embedded = None
+        try:
+            embedded = None if settings.redis_url else resources.EmbeddedRedis(settings)
+            own = await resources.build(settings, embedded=embedded)
+            app.state.ctx = own
+            path = await bootstrap_admin(sessionmaker=own.sessionmaker, settings=settings)
+            if path:
+                log.warning("created the bootstrap admin key in %s (mode 0600)", path)
+            if embedded is not None:
+                await init_embedded_key(own)
+            else:
+                await warn_without_key(own)
+            if pool is not None:
+                own.executor = await pool
+        except BaseException:  # a failed start leaves no process behind
+            if pool is not None:
+                pool.add_done_callback(_stop_started_pool)
+            if embedded is not None:
+                embedded.close()
+            raise
+        worker = None
+        if own.executor is not None:
             worker = asyncio.create_task(runner.run_in_process(own))
         if settings.metrics_token is not None:  # cancelled by resources.close
             own.caches.background["metrics"] = asyncio.create_task(

@@ -109,14 +109,18 @@ def _stopped(signum: int, _frame: object) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     port = _default_port() if args.port is None else args.port
     _port_free(args.host, port)  # before any import of the app: a taken port is refused at once
+    _private_files()
+    s = _settings()
+    _secure_data_dir(s)
+    if s.run_worker_in_process:  # its imports run while this process imports the app
+        from service.context import start_forkserver
+
+        start_forkserver()
     import uvicorn
 
     from service.app import create_app
     from service.db.migrate import upgrade
 
-    _private_files()
-    s = _settings()
-    _secure_data_dir(s)
     if not args.no_migrate:
         upgrade(s.resolved_database_url)
     mode = "embedded Redis" if s.embedded_redis else "external Redis"
@@ -232,6 +236,8 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
     report.plot_quality(q, out)
     scored = [p for p in q.epochs if p.log_loss is not None]
     print(f"{len(q.epochs)} epochs, {len(scored)} scored; plot written to {out}")
+    if (why := report.no_data(q)) is not None:
+        print(f"no data yet: {why}")
     for p in scored[-5:]:
         print(
             f"  epoch {p.epoch}: log-loss {p.log_loss:.4f} (prior {p.prior_log_loss:.4f}), "

@@ -7,6 +7,9 @@ import concurrent.futures
 import concurrent.futures.process
 import functools
 import multiprocessing
+import multiprocessing.forkserver
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -82,7 +85,81 @@ class AppContext:
             raise
 
 
+POOL_PRELOAD = ("service.windows.service",)
+"""What the pool's forkserver imports once, at its start, for every worker it forks: the module
+of the noise draws (a stream's creation and every roll) with numpy. A worker then starts
+without importing anything, and the first stream creation of a fresh server does not pay for
+the imports (``start_forkserver``, ``start_process_pool``)."""
+
+
+def _preload() -> None:
+    """The forkserver's imports: ``__main__`` (multiprocessing's default: a script's functions)
+    or, for ``python -m <name>``, that module (which each worker runs again as its
+    ``__mp_main__``, its imports then cached), and ``POOL_PRELOAD``. No effect once the
+    forkserver runs."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    main = [spec.name] if spec is not None and spec.name else []
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(["__main__", *main, *POOL_PRELOAD])
+
+
+def start_forkserver() -> None:
+    """Start the pool's forkserver now: its imports (``_preload``) then run in parallel with
+    what the caller does next (``selectivity serve``: the migrations and the app's imports)."""
+    _preload()
+    multiprocessing.forkserver.ensure_running()
+
+
+def _pool_worker_init() -> None:
+    """A pool worker ignores SIGINT. Ctrl-C sends it to the terminal's whole process group: the
+    service stops its pool itself (``stop_process_pool``), and a worker interrupted in its wait
+    for work would print a ``KeyboardInterrupt`` traceback as it dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _ready() -> None:
+    """A no-op run in a new pool, so that its forkserver and worker are started."""
+
+
 def make_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of ``workers`` processes forked from a forkserver that has imported
+    ``POOL_PRELOAD``; processes start on first use (``start_process_pool``: at once)."""
+    _preload()
     return concurrent.futures.ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("forkserver")
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("forkserver"),
+        initializer=_pool_worker_init,
     )
+
+
+async def start_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecutor:
+    """``make_process_pool`` with its forkserver and worker started and ready. Starting them
+    costs a second or two of CPU on a loaded machine (the forkserver's imports), and blocks the
+    thread that first submits work until the forkserver has forked: here a thread of its own,
+    while the caller goes on, so that the API's start-up pays for it before it listens, rather
+    than its first stream creation."""
+    pool = make_process_pool(workers)
+    try:
+        await asyncio.to_thread(lambda: pool.submit(_ready).result())
+    except BaseException:
+        stop_process_pool(pool)
+        raise
+    return pool
+
+
+def stop_process_pool(executor: concurrent.futures.Executor, *, timeout: float = 5.0) -> None:
+    """Shut ``executor`` down without waiting for the work it runs: queued work is cancelled
+    and a process pool's workers are terminated (the job that gave it that work has been
+    cancelled already, and is retried by the next start); other executors are waited for."""
+    if not isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+        executor.shutdown(wait=True, cancel_futures=True)
+        return
+    # the workers, read before the shutdown forgets them (CPython keeps them by pid; 3.14 adds
+    # ``terminate_workers``)
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout)

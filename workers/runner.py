@@ -267,10 +267,18 @@ class RecoveringWorker(Worker[Any]):
     """SAQ's worker that keeps its ``worker_info`` key short-lived and recovers the jobs of
     lost workers (see the module's docstring)."""
 
-    def __init__(self, queue: RecoveringQueue, functions: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        queue: RecoveringQueue,
+        functions: Any,
+        *,
+        shutdown_grace: float = SHUTDOWN_GRACE_SECONDS,
+        **kwargs: Any,
+    ) -> None:
         timers = {"worker_info": WORKER_BEAT_SECONDS, **kwargs.pop("timers", {})}
         super().__init__(queue, functions, timers=cast(PartialTimersDict, timers), **kwargs)
         self.recovering = queue
+        self.shutdown_grace = shutdown_grace
 
     async def worker_info(self, ttl: int = 60) -> WorkerInfo:
         return await super().worker_info(ttl=self.recovering.lost_seconds)
@@ -284,13 +292,14 @@ class RecoveringWorker(Worker[Any]):
     async def stop(self) -> None:
         """Stop at once when idle: SAQ's ``stop`` waits its grace period (0 by default) for
         every task, and its upkeep loops and idle dequeues never end by themselves, so it always
-        "did not finish" and cancels them. Here running jobs get ``SHUTDOWN_GRACE_SECONDS`` to
-        finish; then the upkeep loops and the waiting dequeues are cancelled, and SAQ's ``stop``
-        shuts the thread pool down and runs the shutdown hooks."""
+        "did not finish" and cancels them. Here running jobs get ``shutdown_grace`` seconds to
+        finish (none for user jobs, which start over when retried); then the upkeep loops and
+        the waiting dequeues are cancelled, and SAQ's ``stop`` shuts the thread pool down and
+        runs the shutdown hooks."""
         self.event.set()
         running = [c["task"] for c in self.job_task_contexts.values() if not c["task"].done()]
-        if running:
-            await asyncio.wait(running, timeout=SHUTDOWN_GRACE_SECONDS)
+        if running and self.shutdown_grace > 0:
+            await asyncio.wait(running, timeout=self.shutdown_grace)
             processing = [t for t in self.tasks if t.get_name() == "process"]
             if processing:  # let a finished job's process task record it
                 await asyncio.wait(processing, timeout=0.5)
@@ -367,15 +376,16 @@ def make_worker(app: AppContext, klass: str = SERVICE) -> RecoveringWorker:
         ctx["app"] = app
 
     if klass == SERVICE:
-        concurrency, crons = SERVICE_CONCURRENCY, _crons(app, safe)
-    else:
-        concurrency, crons = app.settings.user_job_concurrency, []
+        concurrency, crons, grace = SERVICE_CONCURRENCY, _crons(app, safe), SHUTDOWN_GRACE_SECONDS
+    else:  # a user job (an audit, an anonymisation) is retried from its start: cancelled at once
+        concurrency, crons, grace = app.settings.user_job_concurrency, [], 0.0
     return RecoveringWorker(
         queue,
         functions=list(safe.values()),
         concurrency=concurrency,
         startup=startup,
         cron_jobs=crons,
+        shutdown_grace=grace,
     )
 
 
