@@ -124,6 +124,42 @@ def test_report_quality_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "q.png"
     report.plot_quality(q, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.no_data(q) is None and not report.quality_figure(q).texts
+
+
+@pytest.mark.parametrize(
+    ("points", "why"),
+    [
+        ([], "has no reference model"),
+        (
+            [
+                QualityPoint(
+                    epoch=2,
+                    train_rows=3,
+                    trained=False,
+                    eval_rows=None,
+                    log_loss=None,
+                    auc=None,
+                    prior_log_loss=None,
+                )
+            ],
+            "epoch 2 was not fitted: 3 rows, at least 50",
+        ),
+    ],
+)
+def test_report_quality_without_data_says_so(
+    tmp_path: Path, points: list[QualityPoint], why: str
+) -> None:
+    """No scored epoch: the figure carries a "no data yet" note with the reason, not empty
+    axes."""
+    q = QualityOut(stream="s", description="", epochs=points)
+    assert why in (report.no_data(q) or "")
+    [note] = report.quality_figure(q).texts
+    text = " ".join(note.get_text().split())
+    assert text.startswith("no data yet: ") and why in text
+    out = tmp_path / "q.png"
+    report.plot_quality(q, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
@@ -131,3 +167,15 @@ async def test_report_quality_cli_refuses_a_missing_stream(api: Api, tmp_path: P
     env = cli_env(DATABASE_URL=api.ctx.settings.resolved_database_url)
     r = cli("report", "quality", "--stream", "missing", "--out", str(tmp_path / "x.png"), env=env)
     assert r.returncode != 0 and "not found" in r.stderr
+
+
+@pytest.mark.slow
+async def test_report_quality_cli_says_when_there_is_no_data(api: Api, tmp_path: Path) -> None:
+    name = unique("noq")
+    assert (await api.post("/v1/streams", json=stream_body(name))).status_code == 201
+    env = cli_env(DATABASE_URL=api.ctx.settings.resolved_database_url)
+    out = tmp_path / "q.png"
+    r = cli("report", "quality", "--stream", name, "--out", str(out), env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"no data yet: stream {name!r} has no reference model" in r.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
