@@ -236,6 +236,8 @@ def cmd_report_quality(args: argparse.Namespace) -> None:
     report.plot_quality(q, out)
     scored = [p for p in q.epochs if p.log_loss is not None]
     print(f"{len(q.epochs)} epochs, {len(scored)} scored; plot written to {out}")
+    if (why := report.no_data(q)) is not None:
+        print(f"no data yet: {why}")
     for p in scored[-5:]:
         print(
             f"  epoch {p.epoch}: log-loss {p.log_loss:.4f} (prior {p.prior_log_loss:.4f}), "
