@@ -140,30 +140,39 @@ def test_readme_key_ceremony_works_as_written(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the README uses curl")
 def test_readme_break_glass_works_as_written(tmp_path: Path) -> None:
     """The unlock block, in the walkthrough's shell, with two of the shares of the first start
-    (written to a shares file, as an operator whose console is collected would) saved one per
-    file: granted at 2 of 3, listed, exported with its manifest, closed."""
+    (written to a shares file, as an operator whose console is collected would) typed at its
+    prompts: granted at 2 of 3, listed, exported with its manifest, closed; the shares and the
+    export live in a new private directory (0700, files 0600) under $TMPDIR, the shares only
+    until the approvals, and nothing is written where the block runs."""
     shares_file = tmp_path / "shares.txt"
     work = tmp_path / "work"
     work.mkdir()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     script = _walkthrough() + _block("**Unlock (break glass).**")
-    with serving(
-        tmp_path, SCHEDULER_SECONDS="1", COLDSTORE_SHARES_FILE=str(shares_file)
-    ) as server:
+    with serving(tmp_path, SCHEDULER_SECONDS="1", COLDSTORE_SHARES_FILE=str(shares_file)) as server:
         shares = re.findall(r"^share \d: (.+)$", shares_file.read_text(), re.M)
-        for i, share in enumerate(shares[:2], 1):
-            (work / f"share-{i}.txt").write_text(share + "\n")
         env = {**server.env, "PATH": f"{Path(sys.executable).parent}:{server.env['PATH']}"}
         p = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", _on(server.base, server.data_dir, script)],
+            input="".join(share + "\n" for share in shares[:2]),
             capture_output=True,
             text=True,
             timeout=180,
             cwd=work,
-            env={k: v for k, v in env.items() if not k.startswith("SELECTIVITY_")},
+            env={k: v for k, v in env.items() if not k.startswith("SELECTIVITY_")}
+            | {"TMPDIR": str(tmp)},
         )
         server.stop()
     assert p.returncode == 0, p.stderr + p.stdout[-2000:]
-    exported = [orjson.loads(x) for x in (work / "complaint.ndjson").read_text().splitlines()]
+    assert list(work.iterdir()) == []
+    [private] = tmp.iterdir()
+    assert private.stat().st_mode & 0o777 == 0o700
+    assert [f.name for f in private.iterdir()] == ["complaint.ndjson"]  # shares removed
+    assert (private / "complaint.ndjson").stat().st_mode & 0o777 == 0o600
+    assert f"exported to {private}/complaint.ndjson" in p.stdout
+    assert not any(share in p.stdout + p.stderr for share in shares)
+    exported = [orjson.loads(x) for x in (private / "complaint.ndjson").read_text().splitlines()]
     rows = [x for x in exported if "manifest" not in x]
     manifest = exported[-1]["manifest"]
     assert sorted(r["observation"]["id"] for r in rows) == ["r1", "r2", "r3"], exported
