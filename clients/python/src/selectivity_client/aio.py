@@ -170,6 +170,11 @@ class AsyncClient:
         """See ``Client.stream_info``."""
         return dict((await self._request("GET", self.settings.path(stream))).json())
 
+    async def models(self, *, stream: str | None = None) -> list[dict[str, Any]]:
+        """The stream's models, oldest first, each with its status (as ``model``)."""
+        path = self.settings.path(stream, "/models")
+        return list((await self._request("GET", path)).json()["models"])
+
     async def model(self, model_id: str, *, stream: str | None = None) -> dict[str, Any]:
         path = self.settings.path(stream, f"/models/{model_id}")
         return dict((await self._request("GET", path)).json())

@@ -237,6 +237,10 @@ class Client:
         """The stream's configuration and state (features, labels, epoch, ...)."""
         return dict(self._request("GET", self.settings.path(stream)).json())
 
+    def models(self, *, stream: str | None = None) -> list[dict[str, Any]]:
+        """The stream's models, oldest first, each with its status (as ``model``)."""
+        return list(self._request("GET", self.settings.path(stream, "/models")).json()["models"])
+
     def model(self, model_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """A model's status: ``current``, ``stale``, ``untrained`` or ``refused``."""
         return dict(self._request("GET", self.settings.path(stream, f"/models/{model_id}")).json())
