@@ -56,7 +56,10 @@ async def test_a_trainset_between_the_served_pointer_and_the_commit(
     assert out["epoch"] == 2 and out["trained_epoch"] == 2 and out["status"] == "current", out
 
 
-async def test_polls_during_rolls_never_answer_422(api: Api) -> None:
+async def test_polls_during_rolls_never_answer_422(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(api.ctx.settings.rate_limit_table, "export", None)  # polls back to back
     name = await new_stream(api, "trs", hot_windows=1, retention_windows=20)
     await ingest(api, name, [obs("u1", "i1", 20, "1"), obs("u2", "i2", 40, "0")])
     mid = await _model(api, name)
