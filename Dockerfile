@@ -25,7 +25,7 @@ FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 # libgomp1: LightGBM's OpenMP. The base's own pip (python:3.11-slim has one) goes too.
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && if python3 -m pip --version >/dev/null 2>&1; then \
          python3 -m pip uninstall -y pip setuptools wheel; fi \
     && useradd --create-home --uid 10001 selectivity \
