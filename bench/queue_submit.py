@@ -1,5 +1,5 @@
 """How long Redis works on an annotation-queue submission, by sampling outcome
-(docs/ARCHITECTURE.md, promise 5): ``queue_candidates.lua`` run on an embedded redis-server
+(docs/PRIVACY.md, promise 5): ``queue_candidates.lua`` run on an embedded redis-server
 with every candidate kept, and with none kept (placeholders), interleaved; the time is Redis's
 own per-command duration (SLOWLOG at threshold 0, µs), so the network and the client are left
 out. One class per trial, k copies per queue, fresh queue per trial.

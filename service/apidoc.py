@@ -35,7 +35,7 @@ status below; `detail` names the field and the limit. Bodies are JSON
 default), or `SELECTIVITY_MAX_BODY_BYTES` ({large}) where the operation takes a batch. Rate
 limits are per key and class (`SELECTIVITY_RATE_LIMITS`, defaults below); past one, 429 with
 `Retry-After`. `/healthz` and `/readyz` need no key; `/metrics` needs the metrics token
-(README, "Production").
+(docs/OPERATIONS.md, "Production").
 
 | class | default limit | operations |
 |---|---|---|

@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
     """The app. With ``ctx`` given (tests), the caller owns the resources; otherwise the
     lifespan builds them (and, in embedded mode, the embedded Redis and the worker)."""
     settings = settings or (ctx.settings if ctx else Settings())
-    # no row value in any log record of the process (docs/ARCHITECTURE.md, promise 1)
+    # no row value in any log record of the process (docs/PRIVACY.md, promise 1)
     logsafe.install("uvicorn", "uvicorn.error", "saq", "selectivity")
 
     @asynccontextmanager

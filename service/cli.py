@@ -148,7 +148,7 @@ LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "saq", "selectivity")
 def uvicorn_log_config(base: dict) -> dict:
     """uvicorn's logging configuration (``base``) with ``logsafe.SafeLogFilter`` on each of its
     handlers: its "Exception in ASGI application" traceback shows exception types and frames,
-    never an exception's message (docs/ARCHITECTURE.md, promise 1)."""
+    never an exception's message (docs/PRIVACY.md, promise 1)."""
     cfg = copy.deepcopy(base)
     cfg.setdefault("filters", {})["safe"] = {"()": logsafe.SafeLogFilter}
     for handler in cfg.get("handlers", {}).values():
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logsafe.install(*LOGGERS)  # no row value in any record (docs/ARCHITECTURE.md, promise 1)
+    logsafe.install(*LOGGERS)  # no row value in any record (docs/PRIVACY.md, promise 1)
     for noisy in (
         "saq",
         "alembic.runtime.plugins",

@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=10_000, ge=1)
     max_string_length: int = Field(default=256, ge=8)
     max_features: int = Field(default=256, ge=1)
-    # Per-key rate limits (service/api/ratelimit.py, README "Quotas"): comma-separated
+    # Per-key rate limits (service/api/ratelimit.py; docs/USING.md, "Quotas and rate limits"):
     # "<class>=<requests>/<seconds>" or "<class>=off" over RATE_LIMITS above, e.g.
     # "compute=10/60,serve=off"; an empty bucket answers 429 with Retry-After.
     rate_limits: str = Field(default="", max_length=1000)
@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     # Embedded mode's first start writes the new cold-store key's shares to this file (0600,
     # created, never overwritten) instead of printing them on the console. Refused inside the
     # data dir or the cold store: the service must never be able to read its shares back
-    # (docs/ARCHITECTURE.md, "Threat model and promises", promise 3).
+    # (docs/PRIVACY.md, promise 3).
     coldstore_shares_file: Path | None = None
     # A share submitted to a pending unlock request is wiped from memory (and its approval
     # withdrawn) this long after its submission, unless the threshold was reached by then.

@@ -32,7 +32,7 @@ from service.stores import Stores
 log = logging.getLogger("selectivity")
 
 # What the service writes is its own: directories 0700, files 0600, whatever the umask
-# (docs/ARCHITECTURE.md, "Threat model and promises", promise 1). `selectivity serve`, `worker`
+# (docs/PRIVACY.md, promise 1). `selectivity serve`, `worker`
 # and `migrate` set this umask first; the helpers below hold without it.
 PRIVATE_UMASK = 0o077
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")

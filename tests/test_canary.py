@@ -1,4 +1,4 @@
-"""Canary of issue 12, items 1 and 2 (docs/ARCHITECTURE.md, "Threat model and promises",
+"""Canary of issue 12, items 1 and 2 (docs/PRIVACY.md,
 promise 1): a unique raw value planted in a window is found nowhere the service can read once
 that window left the hot period: not in Redis (every key of the run, the job queue's too), the
 AOF, the SQL database (its live rows; on SQLite also the database file's free pages, the WAL

@@ -1,5 +1,5 @@
-"""What a request body may cost the event loop (docs/ARCHITECTURE.md, "HTTP API"; README,
-"Limits").
+"""What a request body may cost the event loop (docs/ARCHITECTURE.md, "HTTP API"; docs/USING.md,
+"API").
 
 - **Size, per endpoint, before it is read** (``BodyLimit``, an ASGI middleware in front of
   everything): the endpoints that take batches (``LARGE_BODY_ROUTES``) accept up to

@@ -1,4 +1,4 @@
-"""Per-key rate limits and creation quotas (README, "Quotas and rate limits").
+"""Per-key rate limits and creation quotas (docs/USING.md, "Quotas and rate limits").
 
 Every operation of the API is in ``CLASSES`` (it costs more than a lookup: it is limited, per
 API key, by its class's token bucket, ``SELECTIVITY_RATE_LIMITS`` over

@@ -385,7 +385,7 @@ def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
 
 async def init_embedded_key(ctx: AppContext) -> None:
     """Embedded mode's first start: a 3-share, threshold-2 key. Its shares are never stored
-    where the service can read them (docs/ARCHITECTURE.md, "Threat model and promises",
+    where the service can read them (docs/PRIVACY.md,
     promise 3): they go to SELECTIVITY_COLDSTORE_SHARES_FILE when the operator names one
     (outside the data dir and the cold store, by ``Settings``; created 0600, never
     overwritten), else they are printed once on the console (stdout, not the log). Neither

@@ -71,7 +71,7 @@ SOURCES = {
     "group": "group privacy (Dwork & Roth 2014, Thm 2.2)",
 }
 
-# Whom a figure protects against (docs/ARCHITECTURE.md, "Threat model and promises").
+# Whom a figure protects against (docs/PRIVACY.md).
 ONE_TIME = (
     "one-time compromise: whoever reads the service's stores (Redis and its files, SQL, the "
     "data dir, logs, process memory) once, at any single time"

@@ -1,4 +1,4 @@
-"""Logs that carry no row value (docs/ARCHITECTURE.md, "Threat model and promises", promise 1).
+"""Logs that carry no row value (docs/PRIVACY.md, promise 1).
 
 An allow-list, applied to every log record of the process when it is made (``install`` wraps
 the record factory) and again by a ``logging.Filter`` on the handlers of the root logger,

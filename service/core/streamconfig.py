@@ -1,5 +1,5 @@
 """A stream's configuration: the body that creates it, every field validated, defaults
-documented here and in the README's stream reference. Pure (pydantic only): the runtime, the
+documented here and in docs/USING.md's stream settings. Pure (pydantic only): the runtime, the
 budget split and the featurizer are computed from it."""
 
 from __future__ import annotations

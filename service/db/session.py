@@ -127,7 +127,7 @@ async def scrub_deleted(engine: AsyncEngine) -> bool:
     truncate it, so that no copy of the old pages stays in ``-wal``. False when a reader kept
     the WAL busy (the next call retries) and on other databases, where deleted rows stay in
     the data files and the WAL until they are vacuumed and overwritten
-    (docs/ARCHITECTURE.md, "Threat model and promises", promise 1)."""
+    (docs/PRIVACY.md, promise 1)."""
     if engine.dialect.name != "sqlite":
         return False
     async with engine.connect() as conn:

@@ -56,7 +56,7 @@ NO_KEY = (
 
 async def require_coldstore_key(ctx: AppContext) -> None:
     """Fail closed: without a cold-store key nothing can be sealed, so hot data would never be
-    deleted (docs/ARCHITECTURE.md, "Threat model and promises", promise 1). Ingest refuses
+    deleted (docs/PRIVACY.md, promise 1). Ingest refuses
     batches (503) until a key exists. One SQL look-up per process once a key exists, at most
     one per ``NO_KEY_RECHECK_SECONDS`` before."""
     exists, checked = ctx.caches.coldstore_key

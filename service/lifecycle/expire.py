@@ -69,7 +69,7 @@ async def expire(
     ``stream_window.cold_sealed_at``), so is hot data a pending selection round of the roll
     that closed it has still to read (the round's follow-up expires it when done), and hot
     data is counted before it is deleted; a
-    reference model is deleted at once (docs/ARCHITECTURE.md, "Threat model and promises",
+    reference model is deleted at once (docs/PRIVACY.md,
     promise 1). No exact per-window statistic is stored in SQL (``GET /windows`` counts the
     hot windows' observations live; a cold segment's row count and entry range are dropped
     with the window's hot data)."""

@@ -65,7 +65,7 @@ QUEUE_NEIGHBOUR = "add or remove one submitted candidate"
 QUEUE_OBSERVER = (
     "whoever sees what a queue releases (annotators, label exports, stats, release times), "
     "even one who submitted every other candidate; not the one-time attacker during the open "
-    "period (docs/ARCHITECTURE.md, promise 5)"
+    "period (docs/PRIVACY.md, promise 5)"
 )
 NO_USER_BOUND = (
     "annotation queue {queue}: each release protects one submitted candidate; a user may "

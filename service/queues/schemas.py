@@ -202,7 +202,7 @@ class LabelsOut(BaseModel):
 
 
 class StatsOut(BaseModel):
-    """Nothing here depends on which candidates were sampled (docs/ARCHITECTURE.md, promise
+    """Nothing here depends on which candidates were sampled (docs/PRIVACY.md, promise
     5): how many were kept, or how many keys wait below k, would tell a submitter whether its
     own candidates were."""
 

@@ -770,7 +770,7 @@ ACCEPTED_NOTE = "δ above the operator's ceiling, accepted explicitly (accept_de
 
 
 def guarantee_in_words(rt: QueueRuntime, delta: float, ceiling: float) -> str:
-    """What the queue's (ε, δ) means and whom it protects (docs/ARCHITECTURE.md, promise 5)."""
+    """What the queue's (ε, δ) means and whom it protects (docs/PRIVACY.md, promise 5)."""
     words = (
         f"(ε, δ) = ({rt.epsilon:.3g}, {delta:.2g}). For any one submitted candidate, what this "
         f"queue releases (which examples, their uncertainty, and when) is at most "

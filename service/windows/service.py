@@ -233,7 +233,7 @@ async def list_windows(
     """Window states, newest first, with the period each belongs to at the current epoch.
     ``observations`` is counted live (the hot stream's length) for windows of the hot period
     and is null for the others: an exact count is raw-data derived, so it is shown only while
-    the window's raw rows may be (docs/ARCHITECTURE.md, promise 1) and is never stored."""
+    the window's raw rows may be (docs/PRIVACY.md, promise 1) and is never stored."""
     row = await streams.get(session=session, name=name)
     rt = await streams.runtime(ctx=ctx, name=name)
     hot = rt.hot_period(row.epoch)

@@ -1,7 +1,8 @@
-"""The README's code blocks, run as written (bash + curl) against `selectivity serve` on the
-embedded defaults, so that none can silently go stale: the two commands, the five-minute
-walkthrough, the annotation queue (in the walkthrough's shell), the key ceremony and break
-glass. ``test_every_block_is_run`` fails when a block is added that no test runs."""
+"""The code blocks of the README and of the guides (docs/USING.md, docs/OPERATIONS.md), run as
+written (bash + curl) against `selectivity serve` on the embedded defaults, so that none can
+silently go stale: the two commands, the five-minute walkthrough, the annotation queue (in the
+walkthrough's shell), the key ceremony and break glass. ``test_every_block_is_run`` fails when a
+block is added that no test runs."""
 
 from __future__ import annotations
 
@@ -19,15 +20,20 @@ from tests.serving import cli, cli_env, serving
 pytestmark = pytest.mark.slow  # `selectivity serve` in a subprocess, the walkthrough in bash
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = [README, README.parent / "docs" / "USING.md", README.parent / "docs" / "OPERATIONS.md"]
+
+
+def _text() -> str:
+    return "\n".join(doc.read_text() for doc in DOCS)
 
 
 def _blocks() -> list[str]:
-    return re.findall(r"```(?:sh|bash)\n(.*?)```", README.read_text(), re.S)
+    return re.findall(r"```(?:sh|bash)\n(.*?)```", _text(), re.S)
 
 
 def _block(heading: str) -> str:
-    """The first code block under ``heading``."""
-    section = README.read_text().split(heading, 1)[1]
+    """The first code block under ``heading`` (in the README, then the guides)."""
+    section = _text().split(heading, 1)[1]
     m = re.search(r"```(?:sh|bash)\n(.*?)```", section, re.S)
     assert m, f"{heading!r} has no code block"
     return m.group(1)

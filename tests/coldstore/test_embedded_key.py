@@ -1,5 +1,5 @@
 """Embedded mode's first start makes a cold-store key whose shares the service can never read
-back (docs/ARCHITECTURE.md, "Threat model and promises", promise 3; issue 12 item 5): they are
+back (docs/PRIVACY.md, promise 3; issue 12 item 5): they are
 printed once on the console, or written to a file the operator names outside the data dir and
 the cold store; nothing under the data dir, in SQL or in the log holds one."""
 

@@ -90,10 +90,10 @@ def test_the_split_fills_tables_to_the_cap_and_shares_the_rest() -> None:
     assert dp_cost(1.0) > dp_cost(2.0) > dp_cost(SNR_CAP) > 1.0
 
 
-def test_the_readmes_command_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    found = re.search(r"`selectivity privacy plan (--[^`]*)`", readme.replace("\n", " "))
-    assert found, "the README's planning command"
+def test_the_guides_command_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "USING.md").read_text()
+    found = re.search(r"`selectivity privacy plan (--[^`]*)`", guide.replace("\n", " "))
+    assert found, "docs/USING.md's planning command"
     argv = shlex.split(found.group(1))
     cli(["privacy", "plan", *argv])
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Annotation releases are (ε, δ)-DP as reported (docs/ARCHITECTURE.md, promise 5; issue 12,
+"""Annotation releases are (ε, δ)-DP as reported (docs/PRIVACY.md, promise 5; issue 12,
 items 9-11): releases are batches at the end of fixed periods, each period's classes counted
 apart, with a class-level uncertainty; nothing a submitter sees depends on the sampling; a
 queue above the δ ceiling needs an explicit flag. The release output's exact distribution is

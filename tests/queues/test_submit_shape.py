@@ -1,4 +1,4 @@
-"""A submission's Redis work does not depend on the sampling (docs/ARCHITECTURE.md, promise 5
+"""A submission's Redis work does not depend on the sampling (docs/PRIVACY.md, promise 5
 and "Annotation queues", step 2). Redis's own MONITOR, on the test's real Redis, records every
 command a submission causes, those its Lua script runs included; the coins are fixed through
 the sampler seam (``bernoulli_mask``). Whatever the coins, the commands, their keys and the

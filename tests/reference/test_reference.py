@@ -1,5 +1,5 @@
 """The reference model: trained after each roll, scored on the newest rows of its train set,
-served by /predict during its epoch only (docs/ARCHITECTURE.md, promise 1)."""
+served by /predict during its epoch only (docs/PRIVACY.md, promise 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact per-window statistics (issue 12, item 2; docs/ARCHITECTURE.md, promise 1): a window's
+"""Exact per-window statistics (issue 12, item 2; docs/PRIVACY.md, promise 1): a window's
 observation count is shown only while the window is in the hot period, and is never stored."""
 
 from __future__ import annotations
