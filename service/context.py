@@ -95,10 +95,12 @@ the imports (``start_forkserver``, ``start_process_pool``)."""
 def _preload() -> None:
     """The forkserver's imports: ``__main__`` (multiprocessing's default: a script's functions)
     or, for ``python -m <name>``, that module (which each worker runs again as its
-    ``__mp_main__``, its imports then cached), and ``POOL_PRELOAD``. No effect once the
+    ``__mp_main__``, its imports then cached; not a package's ``__main__``, whose body would run,
+    and which multiprocessing does not run again), and ``POOL_PRELOAD``. No effect once the
     forkserver runs."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    main = [spec.name] if spec is not None and spec.name else []
+    name = getattr(spec, "name", None) or "__main__"
+    main = [] if name.rpartition(".")[2] == "__main__" else [name]
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(["__main__", *main, *POOL_PRELOAD])
 
