@@ -61,6 +61,31 @@ def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
+def test_a_fresh_server_is_ready_to_draw_noise_before_it_listens(tmp_path: Path) -> None:
+    """The first stream creation draws its windows' noise in the process pool: the pool's
+    worker runs before the server answers, with the noise's modules (numpy) loaded from its
+    forkserver, and the first creation starts no process (it took seconds of CPU when it
+    started the forkserver and imported the service there)."""
+    with serving(tmp_path) as server:
+        (forkserver,) = [  # its workers, forked, show the same command line
+            p
+            for p in psutil.Process(server.proc.pid).children()
+            if "multiprocessing.forkserver" in " ".join(p.cmdline())
+        ]
+        workers = forkserver.children()
+        assert workers, "no pool worker before the first request"
+        assert any("numpy" in m.path for m in workers[0].memory_maps())
+        before = {p.pid for p in _descendants(server.proc.pid)}
+        r = httpx.post(
+            f"{server.base}/v1/streams",
+            headers={"Authorization": f"Bearer {server.admin_key}"},
+            json={"name": "s", "features": [{"name": "a"}], "labels": ["0", "1"]},
+            timeout=60,
+        )
+        assert r.status_code == 201, r.text
+        assert {p.pid for p in _descendants(server.proc.pid)} == before
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_with_an_audit_running_stops_cleanly_and_leaves_no_process(
     tmp_path: Path, sig: signal.Signals
