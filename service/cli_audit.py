@@ -115,12 +115,10 @@ def guarantee_line(out: dict[str, Any]) -> str:
 def progress_line(out: dict[str, Any]) -> str:
     """One line of an audit's state: its progress and stage while it runs; once it failed,
     that it failed, how far it got and why."""
-    pct = f"{100 * out['progress']:.1f} %"
     if out["status"] == "failed":
+        pct = f"{100 * out['progress']:.1f} %"
         return f"failed at {pct}: {out.get('error') or 'no reason recorded'}"
-    if out["status"] == "done":
-        return "done"
-    return f"{pct:>7} {out.get('stage') or out['status']}"
+    return f"{100 * out['progress']:5.1f} % {out.get('stage') or out['status']}"
 
 
 def cmd_reidentify(args: argparse.Namespace) -> None:

@@ -28,7 +28,9 @@ from service.cli_audit import progress_line
 from service.config import Settings
 from service.core import pu
 from service.db.migrate import upgrade
-from tests.conftest import Api, Backend
+from tests.audits.test_reidentification import _rolled_stream, _stream_rows
+from tests.conftest import Api, Backend, Jobs
+from tests.helpers import ingest
 from workers.jobs import reidentification_run
 
 URL = "/v1/audits/reidentification"
@@ -283,3 +285,56 @@ async def test_an_audit_whose_worker_is_killed_resumes_in_another(
     assert "is gone" in log.read_text()  # the runner requeued the dead worker's job
     st = (await api.get(f"{URL}/{a}", role="analyst")).json()
     assert st["status"] == "done" and st["results"]["nnpu"]["draws"] == DRAWS
+
+
+async def test_a_stream_audit_resumes_on_the_records_it_read(
+    api: Api, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream source's records are read once, kept encoded (one bit a value) until the audit
+    ends: the resumed run reads the stream no more, attacks the same records (rows ingested
+    meanwhile are not among them) and the table release it read, then deletes them."""
+    monkeypatch.setattr(audits_service, "CONFIG", SMALL)
+    name = await _rolled_stream(api, jobs, _stream_rows(240, seed=4))
+    r = await api.post(
+        URL,
+        role="analyst",
+        json={
+            "source": {"stream": name},
+            "positive_label": "1",
+            "release": {"kind": "count_tables"},
+            "attacks": ["nnpu"],
+            "draws": 2,
+        },
+    )
+    assert r.status_code == 202, r.text
+    a = str(r.json()["id"])
+    meta = _meta_key(api, a)
+    audit = pu.audit
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise asyncio.CancelledError  # the worker stops as the first draw starts
+
+    monkeypatch.setattr(pu, "audit", interrupted)
+    with pytest.raises(asyncio.CancelledError):
+        await reidentification_run({"app": api.ctx}, id=a)
+    kept = await api.ctx.redis.hgetall(meta)
+    assert b"inputs" in kept and b"draw:0" not in kept
+    assert await api.ctx.redis.exists(f"{api.ctx.keys.prefix}:{{ra:{a}}}:input")
+    assert await ingest(api, name, _stream_rows(50, seed=5)) == 2  # more hot records
+
+    monkeypatch.setattr(pu, "audit", audit)
+    read: list[int] = []
+    hot = audits_service._hot_columns
+
+    async def reading(*args: Any) -> Any:
+        read.append(1)
+        return await hot(*args)
+
+    monkeypatch.setattr(audits_service, "_hot_columns", reading)
+    assert (await reidentification_run({"app": api.ctx}, id=a)) == {"status": "done", "n": 240}
+    assert read == []
+    st = (await api.get(f"{URL}/{a}", role="analyst")).json()
+    saved = orjson.loads(kept[b"inputs"])
+    assert st["n"] == 240 and st["epoch"] == saved["epoch"] == 2
+    assert st["n_hat_p"] == saved["n_hat_p"] and st["results"]["nnpu"]["draws"] == 2
+    assert not await api.ctx.redis.exists(f"{api.ctx.keys.prefix}:{{ra:{a}}}:input")
