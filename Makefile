@@ -23,9 +23,10 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
-# Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs): under a minute.
+# Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs), on every core
+# (pytest-xdist): under a minute on 2 cores.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto
 
 # The schema fuzzer against a fresh server, longer than the suite's bounded run.
 FUZZ_SECONDS ?= 600
