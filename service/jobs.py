@@ -28,7 +28,7 @@ from saq.queue.redis import RedisQueue
 
 from service.config import Settings
 from service.errors import TooManyRequests
-from service.keys import Keys
+from service.stores.keys import Keys
 
 SERVICE = "service"
 USER = "user"

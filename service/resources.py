@@ -26,8 +26,8 @@ from service.config import Settings
 from service.context import AppContext, stop_process_pool
 from service.db.session import make_engine, make_sessionmaker
 from service.jobs import Jobs
-from service.keys import Keys
 from service.stores import Stores
+from service.stores.keys import Keys
 
 log = logging.getLogger("selectivity")
 
@@ -228,7 +228,7 @@ def _wait_or_kill(pid: int, timeout: float = 10.0) -> None:
 def redis_client(url: str, *, cluster: bool = False) -> Redis:
     """A client of the Redis at ``url``; with ``cluster``, of the Redis Cluster that ``url``
     names a node of (every key of one stream window, or of one stream, shares a hash tag:
-    ``service.keys``)."""
+    ``service.stores.keys``)."""
     if cluster:
         return cast(Redis, RedisCluster.from_url(url))
     return Redis.from_url(url)

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from service.context import AppContext
-from service.core import counting as counting_math
-from service.core.featurize import table_name
-from service.core.runtime import StreamRuntime, TableRef
+from service.core.features import counting as counting_math
+from service.core.features.columns import table_name
+from service.core.features.runtime import StreamRuntime, TableRef
 from service.core.streamconfig import StreamCreate
 from service.counting import service as counting
 from service.db.models import Base

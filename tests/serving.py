@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "service.cli.entry"]
 
 
 def cli_env(**settings: str) -> dict[str, str]:

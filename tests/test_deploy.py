@@ -41,7 +41,7 @@ def test_migrate_runs_with_the_empty_variables_compose_passes(tmp_path: Path) ->
     env = {k: v for k, v in os.environ.items() if not k.startswith("SELECTIVITY_")}
     env |= {"SELECTIVITY_DATA_DIR": str(tmp_path / "data"), "SELECTIVITY_ADMIN_KEY": ""}
     done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "migrate"],
+        [sys.executable, "-m", "service.cli.entry", "migrate"],
         env=env,
         capture_output=True,
         text=True,
@@ -92,7 +92,7 @@ def _command(compose: dict, service: str, **replace: str) -> list[str]:
     arguments (``{"8000": "<free port>"}``)."""
     command = [replace.get(a, a) for a in compose["services"][service]["command"]]
     assert command[0] == "selectivity"
-    return [sys.executable, "-m", "service.cli", *command[1:]]
+    return [sys.executable, "-m", "service.cli.entry", *command[1:]]
 
 
 @pytest.mark.slow

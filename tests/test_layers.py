@@ -22,8 +22,15 @@ def test_the_import_contracts_hold() -> None:
 
 
 def test_no_function_level_imports_of_project_modules() -> None:
+    """The command line is the one exception: each command imports its own modules when it
+    runs, so that ``selectivity --help`` or a refused port imports no numerical library, app or
+    Redis client (``tests/cli/test_cli_imports.py``); those imports are still checked by the
+    import contracts, and the CLI is the top layer, so none of them can dodge a cycle."""
     found = []
+    cli = ROOT / "service" / "cli"
     for path in sorted([*ROOT.glob("service/**/*.py"), *ROOT.glob("workers/**/*.py")]):
+        if cli in path.parents:
+            continue
         tree = ast.parse(path.read_text(), str(path))
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -286,7 +286,7 @@ async def failing(*, ctx, authorization):
     return await authenticate(ctx=ctx, authorization=authorization)
 
 deps.authenticate = failing
-from service.cli import main
+from service.cli.entry import main
 main(sys.argv[1:])
 """
 

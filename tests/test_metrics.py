@@ -18,7 +18,7 @@ import yaml
 from service.api import metrics as operator_metrics
 from service.coldstore import service as coldstore
 from service.config import Settings
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 from service.counting import service as counting
 from service.lifecycle import roll as lifecycle_roll
 from service.queues import service as queues_service

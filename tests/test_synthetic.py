@@ -1,12 +1,12 @@
-"""The synthetic click log (`service.synthetic`): seeded, Criteo-shaped, with the documented
+"""The synthetic click log (`service.cli.synthetic`): seeded, Criteo-shaped, with the documented
 ground truth."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from service.cli.synthetic import ClickLogSpec, generate, numeric_edges, stream_body
 from service.streams.schemas import StreamCreate
-from service.synthetic import ClickLogSpec, generate, numeric_edges, stream_body
 
 
 def test_seeded_and_shaped() -> None:

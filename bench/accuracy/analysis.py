@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from bench.accuracy.plan import Plan
-from service.core.featurize import backoff_threshold
+from service.core.features.columns import backoff_threshold
 
 COLUMNS = ("log_loss", "auc", "rounds", "backoff_movie", "backoff_user", "est_bias", "est_rmse")
 

@@ -2,7 +2,8 @@
 
 The count tables of the MovieLens stream are built as the service builds them, with its own
 code: the stream configuration validated by the service's model (``StreamCreate``), the runtime
-(``StreamRuntime``: feature specs, sketch spec, noise of every table from ``service.core.budget``),
+(``StreamRuntime``: feature specs, sketch spec, noise of every table from
+``service.core.dp.budget``),
 the features encoded (``encode_column``), the increments counted (``count_increments``, what the
 counting job applies), the noise drawn per window and table (``sample_noise`` at the table's
 ``noise.scale_for``), and the columns derived as ``featurize`` derives them (``estimate``,
@@ -24,8 +25,8 @@ import pandas as pd
 
 from bench import lgbm, movielens
 from bench.accuracy.plan import Eval, Plan, Privacy, Sketching
-from service.core.counting import count_increments
-from service.core.featurize import (
+from service.core.dp.noise import sample_noise
+from service.core.features.columns import (
     Encoded,
     assemble,
     backoff_threshold,
@@ -35,9 +36,9 @@ from service.core.featurize import (
     prior_probabilities,
     table_name,
 )
-from service.core.noise import sample_noise
-from service.core.runtime import StreamRuntime, TableRef
-from service.core.sketch import KeyHasher, estimate, estimate_count_min, grouped_increments
+from service.core.features.counting import count_increments
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.sketch import KeyHasher, estimate, estimate_count_min, grouped_increments
 
 SEED = b"bench-accuracy-core"  # the sketches' hash seed (a stream's is random)
 Tables = tuple[list[np.ndarray], np.ndarray]  # every table's cells, and the prior table's

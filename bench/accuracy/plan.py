@@ -4,7 +4,7 @@ record of one scored model at one cut (``Eval``).
 
 The stream configuration is written once (``Sketching.stream_body``) and read both ways: the HTTP
 arm registers it with the service, the core arm validates the same body with the service's own
-model and derives its noise from ``service.core.budget``."""
+model and derives its noise from ``service.core.dp.budget``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 
 from bench import movielens
-from service.core.budget import Noise, noise_for
-from service.core.noise import zcdp_to_approx_dp
+from service.core.dp.budget import Noise, noise_for
+from service.core.dp.noise import zcdp_to_approx_dp
 from service.core.streamconfig import StreamCreate
 
 CUTS_FULL = (0.5, 0.6, 0.7, 0.8, 0.9)

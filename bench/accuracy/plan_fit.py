@@ -1,4 +1,4 @@
-"""The planning rule's constants and its check (issue 18, part 3; ``service.core.plan``).
+"""The planning rule's constants and its check (issue 18, part 3; ``service.core.dp.plan``).
 
 `python -m bench.accuracy.plan_fit --include REGIME.json ... [--check-scale 30] [--draws 2]`:
 
@@ -33,7 +33,7 @@ from bench.accuracy import simulator
 from bench.accuracy.plan import Privacy, Sketching, make_plan
 from bench.accuracy.regime import BASELINE_CAP, CUTS, SEED, TRAINING, ratios
 from bench.report import BENCHMARKS, Clock, Table, write_section
-from service.core import plan as rule
+from service.core.dp import plan as rule
 
 ML_KEYS = {
     "user_id": 943,
@@ -182,10 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     consts, rows = fit(runs, {int(s) for s in args.fit_scales.split(",")})
     say("fitted: " + ", ".join(f"{k} = {v:.4f}" for k, v in consts.items()))
     in_rule = {k: getattr(rule, k) for k in consts}
-    say("service.core.plan: " + ", ".join(f"{k} = {v}" for k, v in in_rule.items()))
+    say("service.core.dp.plan: " + ", ".join(f"{k} = {v}" for k, v in in_rule.items()))
     tables = [
         Table(
-            ["constant", "fitted", "in service.core.plan"],
+            ["constant", "fitted", "in service.core.dp.plan"],
             [[k, f"{v:.4f}", f"{in_rule[k]}"] for k, v in consts.items()],
             "Constants",
         ),

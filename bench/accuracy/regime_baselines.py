@@ -21,7 +21,7 @@ from bench.accuracy import sim_stream, simulator
 from bench.accuracy.plan import Privacy, Sketching, make_plan
 from bench.accuracy.regime import BASELINE_CAP, CUTS, SEED, TRAINING
 from bench.report import Clock
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 
 
 def sample(

@@ -15,7 +15,7 @@ from bench.accuracy.analysis import get
 from bench.accuracy.plan import Plan, Privacy, Setup, features_text, make_plan
 from bench.accuracy.plots import plot_logloss, plot_sketches
 from bench.report import PLOTS, Plot, Table
-from service.core.noise import zcdp_to_approx_dp
+from service.core.dp.noise import zcdp_to_approx_dp
 
 APPROX_DELTA, APPROX_DELTA_TEXT = 1e-9, "1e-9"  # gaussian rows also as (ε′, δ)-DP at this δ
 

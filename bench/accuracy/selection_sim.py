@@ -7,7 +7,7 @@ more users: copy j of a user has the real user's attributes and label effect, so
 user attributes pools k copies while each copy's ``user_id`` stays as sparse as at ×1). Per
 replay:
 
-- **selection**: the service's rounds (``service.core.selection.select_round``: the CSPRNG, the
+- **selection**: the service's rounds (``service.core.dp.selection.select_round``: the CSPRNG, the
   "aic" score, ε_sel = 1, one group per round, ``min_records`` 100,000) on the schedule of the
   service bench (``bench.selection``): the stream in 12 windows, rounds at the rolls to epochs
   2 … 5 (4 free slots), each reading windows e − 2 … e − 1 (``hot_windows`` 2), each seeing the
@@ -56,7 +56,7 @@ from bench import lgbm, movielens
 from bench.accuracy import pair_effects, simulator
 from bench.accuracy.plan import Plan, Privacy, Sketching, make_plan
 from bench.report import Clock, Table, write_section
-from service.core.selection import select_round
+from service.core.dp.selection import select_round
 from service.core.streamconfig import PrivacyIn
 
 SEED = 1800  # the simulated stream's (+ scale)

@@ -8,7 +8,7 @@ the same tables without it:
   ``lo .. hi − 1`` alone by advancing a copy of the generator to their draws (``PCG64.advance``),
   so any chunking gives ``simulate``'s users, movies, labels and true probabilities exactly;
 - **the same tables**: sketches are linear, so the count period's tables are the sums of every
-  chunk's increments (``service.core.sketch.grouped_increments`` per table on the chunk's key
+  chunk's increments (``service.core.tables.sketch.grouped_increments`` per table on the chunk's key
   codes, with each key hashed once for the whole stream by the service's ``KeyHasher``); the
   tables after the count periods the benchmark reads are copied as the pass reaches them;
 - **only the rows the models need** are kept (the test rows, the hot windows, the baseline's
@@ -35,9 +35,9 @@ from bench import lgbm, movielens
 from bench.accuracy.core_arm import SEED, CoreArm, Rows, Tables
 from bench.accuracy.plan import Plan, Privacy, Sketching
 from bench.accuracy.simulator import BLOCK, GROWTHS, Calibration
-from service.core.featurize import Encoded, column_names, encode_column, table_name
-from service.core.runtime import StreamRuntime, TableRef
-from service.core.sketch import KeyHasher, grouped_increments
+from service.core.features.columns import Encoded, column_names, encode_column, table_name
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.sketch import KeyHasher, grouped_increments
 
 CHUNK = 2_000_000  # events generated and counted at a time (about 150 MB of arrays)
 USER_FEATURES = ("age", "gender", "occupation", "zip3")

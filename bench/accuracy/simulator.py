@@ -51,9 +51,9 @@ from sklearn.linear_model import LogisticRegression
 from bench import lgbm, movielens
 from bench.accuracy.core_arm import SEED, CoreArm
 from bench.accuracy.plan import Privacy, Sketching
-from service.core.featurize import column_names, encode_column, table_name
-from service.core.runtime import TableRef
-from service.core.sketch import KeyHasher
+from service.core.features.columns import column_names, encode_column, table_name
+from service.core.features.runtime import TableRef
+from service.core.tables.sketch import KeyHasher
 
 BLOCK = 1000  # real ratings per block from which a scaled-up event's movie is drawn
 C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)

@@ -1,4 +1,5 @@
-"""k-anonymisation (SaNGreeA, ``service.core.sangreea``) benchmarks: ``adult`` (the data and
+"""k-anonymisation (SaNGreeA, ``service.core.anonymity.sangreea``) benchmarks: ``adult`` (the data
+and
 its hierarchies), ``speed`` (time and NGIL against n, ours vs the exhaustive greedy vs the
 authors' AnonymizationJS run with node through ``anonymizationjs_driver.js``), ``utility`` (the
 paper's F1-against-k experiment, with ``mondrian`` as the baseline partitioning).

@@ -17,8 +17,8 @@ import pandas as pd
 
 from bench.report import DATA as SHARED_DATA
 from bench.report import ROOT
-from service.core.hierarchy import Hierarchy, parse_hierarchy
-from service.core.sangreea import QuasiIdentifier
+from service.core.anonymity.hierarchy import Hierarchy, parse_hierarchy
+from service.core.anonymity.sangreea import QuasiIdentifier
 
 DATA = SHARED_DATA / "adult" / "adult.parquet"
 HIERARCHIES = ROOT / "examples" / "adult" / "hierarchies"

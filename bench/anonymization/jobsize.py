@@ -4,7 +4,7 @@ can ask for, to set the inline-row limit of ``POST /v1/anonymizations`` (BENCHMA
 
 The worst case is range quasi-identifiers only, every value distinct, at k = 2: one
 categorical combination, so the lower bound prunes nothing and every greedy step scores every
-unassigned row (Θ(n²·s) work, ``service.core.sangreea``). Rows are uniform random floats
+unassigned row (Θ(n²·s) work, ``service.core.anonymity.sangreea``). Rows are uniform random floats
 (seeded); each size is timed once on one thread (``openmp_limited(1)``, BLAS likewise), as a job
 runs at ``SELECTIVITY_AUDIT_THREADS`` = 1. Prints one line per (rows, quasi-identifiers) with
 the seconds and the fitted constant ``seconds / (rows² · (s + 1))``."""
@@ -17,7 +17,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from service.core.sangreea import QuasiIdentifier, anonymize
+from service.core.anonymity.sangreea import QuasiIdentifier, anonymize
 
 
 def run(rows: int, qis: int, k: int, kind: str = "range", seed: int = 7) -> float:

@@ -1,7 +1,7 @@
 """Strict multidimensional Mondrian k-anonymisation (LeFevre, DeWitt and Ramakrishnan,
 "Mondrian Multidimensional K-Anonymity", ICDE 2006), the baseline of the utility benchmark
 (``bench/anonymization/utility.py``), on the same quasi-identifiers and generalisation trees as
-SaNGreeA (``service.core.sangreea.QuasiIdentifier``).
+SaNGreeA (``service.core.anonymity.sangreea.QuasiIdentifier``).
 
 No maintained PyPI package fits: the Mondrian packages there (``umbra-k``, ``polarfrost``) are
 single-author first releases that take numeric attributes or flat categories, not our
@@ -15,7 +15,7 @@ do not overlap). Start with one partition holding every row; split a partition w
   ``(max − min) / (max_j − min_j)`` over the whole table for a range attribute,
   ``height(Λ(lca)) / height(H_j)`` for a hierarchy attribute (``lca`` = the lowest common
   ancestor of the partition's values), the per-attribute terms of the GIL of
-  ``service.core.sangreea``; a dimension of width 0 cannot be cut;
+  ``service.core.anonymity.sangreea``; a dimension of width 0 cannot be cut;
 * a range attribute is cut at the median ``m`` of the partition's values into ``x ≤ m`` and
   ``x > m`` (or, when that leaves a side under k because many values equal ``m``, ``x < m`` and
   ``x ≥ m``); a hierarchy attribute is cut into the children of ``lca``: each row goes to the
@@ -26,7 +26,8 @@ do not overlap). Start with one partition holding every row; split a partition w
 Each final partition is one cluster: every cluster has at least ``k`` rows (a part under k is
 never made), and its release generalises each range to the cluster's ``[min, max]`` and each
 hierarchy attribute to the lowest common ancestor of its values, as SaNGreeA's does, so both are
-scored by the same GIL (``service.core.sangreea.partition_ngil``). Unlike SaNGreeA it takes no
+scored by the same GIL (``service.core.anonymity.sangreea.partition_ngil``). Unlike SaNGreeA it
+takes no
 weights. O(n log n) cuts per level, O(n log n · d) in all for balanced cuts."""
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.core.hierarchy import Hierarchy, encode_values, flat_hierarchy
-from service.core.sangreea import QuasiIdentifier
+from service.core.anonymity.hierarchy import Hierarchy, encode_values, flat_hierarchy
+from service.core.anonymity.sangreea import QuasiIdentifier
 
 
 def _ancestors(h: Hierarchy) -> npt.NDArray[np.int64]:

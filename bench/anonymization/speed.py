@@ -36,8 +36,8 @@ import pandas as pd
 
 from bench import report
 from bench.anonymization import adult
-from service.core.hierarchy import Hierarchy
-from service.core.sangreea import (
+from service.core.anonymity.hierarchy import Hierarchy
+from service.core.anonymity.sangreea import (
     anonymize,
     anonymize_exhaustive,
     normalise_weights,

@@ -1,7 +1,8 @@
 """``python -m bench anonymization utility``: the utility experiment of Malle, Kieseberg and
 Holzinger ("Interactive Anonymization for Privacy aware Machine Learning", sections 4.1–4.4):
 how well four classifiers predict a target from an Adult table k-anonymised by SaNGreeA
-(``service.core.sangreea.anonymize``) with equal, "bias" and iML weight vectors, against the
+(``service.core.anonymity.sangreea.anonymize``) with equal, "bias" and iML weight vectors, against
+the
 un-anonymised table (shown at k = 1) and a strict Mondrian partition (``mondrian.py``) at equal k.
 
 **Data.** The first ``--rows`` complete Adult rows in file order (``adult.load``: the paper's
@@ -46,7 +47,8 @@ reference evaluation swaps the arguments of its precision score), averaged ``wei
 support (for binary income too, so the three targets use one measure); ``macro`` is in the CSV
 as well.
 
-**NGIL.** Every release is scored by the GIL of ``service.core.sangreea`` with equal weights
+**NGIL.** Every release is scored by the GIL of ``service.core.anonymity.sangreea`` with equal
+weights
 (``partition_ngil``), so weighted SaNGreeA runs and Mondrian are compared on one objective.
 
 Writes ``anonymization_utility.csv`` (one line per target, weight vector, k and classifier),
@@ -84,8 +86,13 @@ from bench import report
 from bench.anonymization import adult
 from bench.anonymization.mondrian import mondrian
 from service.anonymize import iml
-from service.core.hierarchy import flat_hierarchy
-from service.core.sangreea import QuasiIdentifier, anonymize, normalise_weights, partition_ngil
+from service.core.anonymity.hierarchy import flat_hierarchy
+from service.core.anonymity.sangreea import (
+    QuasiIdentifier,
+    anonymize,
+    normalise_weights,
+    partition_ngil,
+)
 
 K_VALUES = (5, 10, 20, 50, 100, 200)
 IML_ROWS = 500  # the paper's iML sample: the first 500 complete rows

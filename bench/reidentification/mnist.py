@@ -6,7 +6,8 @@ with the release's ε for the whole record.
 threes of the MNIST test set (``../shared/data/mnist-t10k``), pixels scaled to [−1, 1] (the
 declared range of the release: the image format's, not read from the images), the fives
 released (positive = 5, the class C_0 of the paper's §1). The release is the audit's
-(:class:`service.core.pu.SumRelease`): the noisy sum of the fives and their noisy count, ε for
+(:class:`service.core.reidentification.attacks.SumRelease`): the noisy sum of the fives and their
+noisy count, ε for
 the whole 784-pixel record, add/remove one record. Per classifier and ε, one audit of
 ``--draws`` noise draws (each attacked by freshly trained attacks; K-means and the oracle once):
 per attack the mean accuracy ± s.d. over the draws, its range, the positive class's precision
@@ -22,7 +23,8 @@ The earlier version of this benchmark released "ε = 0.01" per pixel on our 892 
 pixel): ε = 4.36 here.
 
 Budgets: the paper's (Table 3: at most 10,000 pre-train and 10,000 fine-tune steps, uPU/nnPU
-1,000 epochs) are the defaults of :class:`service.core.pu.PUConfig`; ``--t-pre``, ``--t-tune``,
+1,000 epochs) are the defaults of :class:`service.core.reidentification.attacks.PUConfig`;
+``--t-pre``, ``--t-tune``,
 ``--pu-epochs`` and ``--mlp-divisor`` (the 3LP runs use budgets divided by it) trade fidelity
 for time. BLAS runs on one thread (on a shared 2-core machine threads only contend).
 """
@@ -41,7 +43,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from bench.report import DATA, PLOTS, markdown_table
-from service.core.pu import COUNT_SHARE, Domain, PUConfig, audit
+from service.core.reidentification.attacks import COUNT_SHARE, Domain, PUConfig, audit
 
 MNIST = DATA / "mnist-t10k"
 PIXELS = Domain.box(-1.0, 1.0)

@@ -14,7 +14,8 @@ records one-hot per table:
 * ``count_tables``: the positive class's mean read off the count period's noisy tables (an
   attacker who reads the tables; ``service.audits.encoding``), at the stream's ε;
 * ``class_mean``: the hot records' own positive class, its noisy sum and noisy count at the
-  same ε for the whole record, add/remove one record (``service.core.pu.SumRelease``: one-hot
+  same ε for the whole record, add/remove one record
+  (``service.core.reidentification.attacks.SumRelease``: one-hot
   records, L1 bound = the number of tables, 7).
 
 growPU, nnPU (linear) and K-means, with the prior and the oracle; each audit attacks
@@ -41,7 +42,7 @@ from bench import movielens
 from bench.harness import Config, InProcess
 from bench.report import markdown_table, plot_path, pyplot
 from service.audits import service as audits
-from service.core.pu import PUConfig
+from service.core.reidentification.attacks import PUConfig
 
 EPS: tuple[float | None, ...] = (0.001, 0.01, 0.1, 1.0, 10.0, None)
 ATTACKS = ["growpu", "nnpu", "kmeans"]

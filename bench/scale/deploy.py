@@ -1,7 +1,7 @@
 """One deployment on this machine: a Redis (a standalone redis-server with the AOF on, or the
 test suite's three-master Redis Cluster), a SQL database (a fresh PostgreSQL schema, or SQLite in
 the data dir), and N ``selectivity serve`` processes on their own ports with M ``selectivity
-worker`` processes, all started as production starts them (``service.cli``), with the CPU time
+worker`` processes, all started as production starts them (``service.cli.entry``), with the CPU time
 of each process tree."""
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from sqlalchemy import create_engine, text
 
 from bench.report import ROOT
 from bench.speed.server import api, request
+from service.cli.synthetic import stream_body
 from service.config import Settings
 from service.db.migrate import upgrade
 from service.db.session import sync_url
-from service.keys import Keys
-from service.synthetic import stream_body
+from service.stores.keys import Keys
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "service.cli.entry"]
 KINDS = ("standalone", "cluster")
 
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from service.core.aggregate import Aggregate
-from service.core.counting import count_increments
-from service.core.featurize import MISSING, Encoded, encode_numbers, table_name
-from service.core.featurizer import Featurizer
-from service.core.noise import sample_noise
-from service.core.runtime import StreamRuntime, TableRef
+from service.cli.synthetic import ClickLog, generate, stream_body
+from service.core.dp.noise import sample_noise
+from service.core.features.columns import MISSING, Encoded, encode_numbers, table_name
+from service.core.features.counting import count_increments
+from service.core.features.featurizer import Featurizer
+from service.core.features.runtime import StreamRuntime, TableRef
 from service.core.streamconfig import StreamCreate
-from service.synthetic import ClickLog, generate, stream_body
+from service.core.tables.aggregate import Aggregate
 
 Say = Callable[[str], None]
 
@@ -54,7 +54,8 @@ def encoded(rt: StreamRuntime, log: ClickLog) -> dict[str, Encoded]:
 
 def build_aggregate(rt: StreamRuntime, log: ClickLog) -> Aggregate:
     """The aggregate of epoch 2: one window's noisy tables counting ``log``, as the service
-    makes them (noise from ``service.core.noise``, increments from ``service.core.counting``)."""
+    makes them (noise from ``service.core.dp.noise``, increments from
+    ``service.core.features.counting``)."""
     spec, noise = rt.spec, rt.noise
 
     def draw(weight: float, size: int) -> np.ndarray:

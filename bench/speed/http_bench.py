@@ -25,9 +25,9 @@ from bench.speed.load import (
     log_of,
 )
 from bench.speed.server import Server, api, cpu_seconds, wait_served
+from service.cli.synthetic import stream_body
 from service.features.service import TRAINSET_CHUNK
-from service.keys import Keys
-from service.synthetic import stream_body
+from service.stores.keys import Keys
 
 Say = Callable[[str], None]
 

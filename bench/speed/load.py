@@ -13,7 +13,7 @@ import pyarrow as pa
 import redis
 
 from bench.ingestload import Ingest, ingest_bodies
-from service.synthetic import ClickLog, generate
+from service.cli.synthetic import ClickLog, generate
 
 
 @functools.lru_cache(maxsize=1)

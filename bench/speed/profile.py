@@ -14,12 +14,12 @@ import orjson
 from bench import report
 from bench.speed.batch import build_aggregate, build_runtime
 from bench.speed.load import stored_rows
-from service.core import counting, hotrows
+from service.cli.synthetic import generate, stream_body
+from service.core.features import counting, hotrows
 from service.features import service as features
 from service.ingest.schemas import IngestIn
 from service.ingest.service import batch_rows
 from service.streams.validation import check_rows
-from service.synthetic import generate, stream_body
 
 
 @dataclass

@@ -127,7 +127,7 @@ class Server:
             cwd=ROOT,
         )
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker"], env=env, cwd=ROOT
+            [sys.executable, "-m", "service.cli.entry", "worker"], env=env, cwd=ROOT
         )
         deadline = time.monotonic() + 60
         while True:

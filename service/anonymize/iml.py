@@ -3,7 +3,7 @@ Holzinger, "Interactive Anonymization for Privacy aware Machine Learning", secti
 row r and two partly anonymised clusters A and B, the human says which cluster r belongs in.
 
 **The rule.** Let ``d_A[j]`` be attribute j's normalised generalisation of ``A ∪ {r}`` (the
-attribute's term of the per-row cost ``c(A ∪ r)`` of ``service.core.sangreea`` without its
+attribute's term of the per-row cost ``c(A ∪ r)`` of ``service.core.anonymity.sangreea`` without its
 weight: ``(max(hi, x) − min(lo, x)) / (max_j − min_j)`` for a range,
 ``height(Λ(lca(node, r))) / height(H_j)`` for a hierarchy), and likewise ``d_B``. SaNGreeA with
 weights ``w`` puts r where ``Σ_j w_j · d[j]`` is smaller. Model the human as choosing A with
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.core.sangreea import SangreeaResult
+from service.core.anonymity.sangreea import SangreeaResult
 
 LEARNING_RATE = 0.5
 

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.core.hierarchy import parse_hierarchy
+from service.core.anonymity.hierarchy import parse_hierarchy
 from service.streams.schemas import NAME_PATTERN
 
 MAX_INLINE_ROWS = 100_000

@@ -1,4 +1,5 @@
-"""k-anonymised releases by SaNGreeA (``service.core.sangreea``) as a job (docs/ARCHITECTURE.md,
+"""k-anonymised releases by SaNGreeA (``service.core.anonymity.sangreea``) as a job
+(docs/ARCHITECTURE.md,
 "k-anonymised releases").
 
 ``create`` checks the request, stores its spec (and inline rows) in Redis and enqueues
@@ -65,9 +66,14 @@ from service.anonymize.schemas import (
 )
 from service.anonymize.store import AnonymizationStore
 from service.context import AppContext
-from service.core.hierarchy import parse_hierarchy
-from service.core.runtime import StreamRuntime
-from service.core.sangreea import QuasiIdentifier, SangreeaResult, anonymize, normalise_weights
+from service.core.anonymity.hierarchy import parse_hierarchy
+from service.core.anonymity.sangreea import (
+    QuasiIdentifier,
+    SangreeaResult,
+    anonymize,
+    normalise_weights,
+)
+from service.core.features.runtime import StreamRuntime
 from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
 from service.streams import service as streams

@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
-from service.keys import Keys
 from service.stores.jobs import JobStore
+from service.stores.keys import Keys
 
 
 class AnonymizationStore(JobStore):

@@ -26,7 +26,8 @@ IdPath = Path(pattern=ID_PATTERN)
     responses=error_responses(NotFound, ValidationError, Conflict, TooManyRequests),
 )
 async def create(body: AuditCreate, ctx: CtxDep, who: AnalystKey) -> AuditCreatedOut:
-    """Start an audit: the attacks of ``service.core.pu`` against the release; poll ``GET``
+    """Start an audit: the attacks of ``service.core.reidentification.attacks`` against the release;
+    poll ``GET``
     for its progress and results."""
     async with ctx.jobs.admission(owner=who.key_id):  # 429 when the user jobs are full
         a, detail = await service.create(ctx=ctx, body=body, owner=who.key_id)

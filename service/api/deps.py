@@ -173,7 +173,7 @@ def require(*roles: str) -> Callable[..., Awaitable[Principal]]:
             )
         return principal
 
-    dep.roles = frozenset(allowed)  # type: ignore[attr-defined]  # read by service.apidoc
+    dep.roles = frozenset(allowed)  # type: ignore[attr-defined]  # read by service.cli.apidoc
     return dep
 
 

@@ -39,7 +39,7 @@ from service.core.streamconfig import StreamCreate
 from service.db.models import AnnotationQueue, Stream, UnlockRequest, Window
 from service.errors import NotFound, Unauthorized
 from service.privacy.service import ledger
-from service.queues.service import ledger_parts as queue_ledger_parts
+from service.queues.privacy import ledger_parts as queue_ledger_parts
 
 log = logging.getLogger("selectivity")
 

@@ -1,5 +1,5 @@
 """``POST /v1/privacy/plan``: propose ε, the window, the sketch and the per-table budget split
-for a stream from its expected size and a target loss (``service.core.plan``)."""
+for a stream from its expected size and a target loss (``service.core.dp.plan``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.deps import AnyKey, JsonRoute
-from service.core.plan import PlanRequest, make_plan
+from service.core.dp.plan import PlanRequest, make_plan
 from service.errors import ValidationError, error_responses
 
 router = APIRouter(prefix="/v1/privacy", tags=["privacy"], route_class=JsonRoute)

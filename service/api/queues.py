@@ -15,6 +15,7 @@ from service.errors import (
     ValidationError,
     error_responses,
 )
+from service.queues import privacy as queue_privacy
 from service.queues import service
 from service.queues.schemas import (
     MAX_NEXT,
@@ -181,4 +182,4 @@ async def stats(ctx: CtxDep, who: QueueKey, queue: str = QueuePath) -> StatsOut:
 @router.get("/{queue}/privacy", response_model=PrivacyOut, responses=error_responses(NotFound))
 async def privacy(ctx: CtxDep, _: AnyKey, queue: str = QueuePath) -> PrivacyOut:
     """The queue's (ε, δ) guarantee per release period and what it has spent."""
-    return await service.privacy(ctx=ctx, name=queue)
+    return await queue_privacy.privacy(ctx=ctx, name=queue)

@@ -2,7 +2,7 @@
 mean an attacker reads off the stream's noisy count tables (pure: numpy and ``service.core``).
 
 Encoding. Per count table of the stream (one per feature, one per selected group: the grouping
-the tables count), the table's key of a record (``service.core.featurize``: its features'
+the tables count), the table's key of a record (``service.core.features.columns``: its features'
 canonical values, numeric ones by bucket) becomes a one-hot block: one column per distinct key
 of the records, 1 where the record has that key. Every record has exactly one key per table, so
 a record is a 0/1 vector with one 1 per table.
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.core.featurize import combine_codes, encode_column
-from service.core.runtime import StreamRuntime
-from service.core.sketch import KeyHasher, estimate_stacked
+from service.core.features.columns import combine_codes, encode_column
+from service.core.features.runtime import StreamRuntime
+from service.core.tables.sketch import KeyHasher, estimate_stacked
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ def count_table_mean(
 ) -> tuple[np.ndarray, float]:
     """The positive class's mean read off the count tables, column by column of ``encoded``:
     ``ĉ_t(k, p) / max(n̂_p, 1)`` (module docstring), and ``n̂_p``. ``cells``/``offsets``: the
-    count period's tables stacked as ``service.core.featurizer.Featurizer`` holds them (table
+    count period's tables stacked as ``service.core.features.featurizer.Featurizer`` holds them
+    (table
     ``rt.tables[j]`` starts at ``offsets[j]``); ``prior``: the prior table's noisy counts."""
     p = rt.label_index[positive]
     groups = [

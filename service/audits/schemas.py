@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from service.core.pu import MAX_DRAWS
+from service.core.reidentification.attacks import MAX_DRAWS
 from service.streams.schemas import NAME_PATTERN
 
 MAX_INLINE_ROWS = 20_000

@@ -1,10 +1,10 @@
 """Re-identification audits as a job (docs/ARCHITECTURE.md, "Re-identification audits"): what
 an attacker who holds the records and reads a class-level release recovers of their classes
-(Su et al., KDD 2020; the attacks are ``service.core.pu``).
+(Su et al., KDD 2020; the attacks are ``service.core.reidentification.attacks``).
 
 ``create`` checks the request, stores its spec (and inline records) in Redis and enqueues
 ``reidentification_run`` keyed by the audit's id; ``run`` (the job) builds the records and the
-release, runs ``service.core.pu.audit`` in a worker thread (BLAS and OpenMP on
+release, runs ``service.core.reidentification.attacks.audit`` in a worker thread (BLAS and OpenMP on
 ``Settings.audit_threads`` threads: ``service.core.threads``) while a throttled writer records
 its progress, and stores the accuracies; ``get`` reads them back; ``latest`` gives a stream's
 latest finished audit for its privacy ledger. A run already done is not redone.
@@ -25,7 +25,8 @@ number of tables, the declared bound); ``count_tables`` reads the mean off the c
 noisy tables as an attacker would (``encoding``) at the stream's own ε.
 
 The release (``class_mean`` with ε): the noisy sum and count of the positive class,
-``service.core.pu.SumRelease``: ε for the whole record, add/remove one record of the records
+``service.core.reidentification.attacks.SumRelease``: ε for the whole record, add/remove one record
+of the records
 audited (on a hot period of more than ``MAX_STREAM_ROWS`` records a record added before the
 last one audited displaces it: a swap, up to 2ε). Each audit attacks ``draws`` noise draws
 (count_tables: the tables' one release, re-trained on) and reports per attack the means,
@@ -69,8 +70,8 @@ from service.audits.schemas import (
 )
 from service.audits.store import AuditStore
 from service.context import AppContext
-from service.core import pu
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
+from service.core.reidentification import attacks as pu
 from service.core.threads import blas_limited, openmp_limited
 from service.errors import Conflict, NotFound, ServiceError, ValidationError
 from service.features import service as features
@@ -89,7 +90,8 @@ resumes from the last checkpoint."""
 PROGRESS_SECONDS = 0.5  # the least time between two progress writes of an audit
 HOT_CHUNK = 5000
 CONFIG = pu.PUConfig()
-"""The attacks' budgets: the paper's Table 3 (``service.core.pu.PUConfig``). Tests set a
+"""The attacks' budgets: the paper's Table 3 (``service.core.reidentification.attacks.PUConfig``).
+Tests set a
 smaller one."""
 
 NAMES = {"growpu": "growPU", "nnpu": "nnPU", "upu": "uPU", "kmeans": "K-means"}

@@ -89,7 +89,7 @@ class PrivacyIn(Strict):
         description=(
             "selection: how candidate groups are scored; 'aic': mutual-information gain minus "
             "Akaike's penalty (L−1)(new cells)/n, which does not reward near-unique groups; "
-            "'mi': the plug-in gain (service.core.selection)"
+            "'mi': the plug-in gain (service.core.dp.selection)"
         ),
     )
     selection_threshold: float | None = Field(
@@ -102,7 +102,7 @@ class PrivacyIn(Strict):
             "the scores' units (nats per record of the hot period plus min_records "
             "placeholders; scores lie in [-(labels-1), log(labels)]); a round stops at its "
             "first such pick, at least half the time when no candidate scores above τ. 0: "
-            "Akaike's criterion's own boundary (service.core.selection); null: every round "
+            "Akaike's criterion's own boundary (service.core.dp.selection); null: every round "
             "fills its picks"
         ),
     )
@@ -115,7 +115,7 @@ class PrivacyIn(Strict):
             "candidate must beat selection_threshold by: 'add no table' scores τ + β·(margin + "
             "log m), so a round in which no candidate scores above τ picks a table with "
             "probability at most 1/(1 + e^margin) (4.7 % at 3; 50 % at 0); public, no "
-            "privacy cost (service.core.selection, 'The margin')"
+            "privacy cost (service.core.dp.selection, 'The margin')"
         ),
     )
     selection_rounds: int | None = Field(
@@ -136,7 +136,7 @@ class PrivacyIn(Strict):
         description=(
             "selection: the public record count a round is calibrated to, never the hot "
             "period's own count (scores of the hot period plus this many placeholder records; "
-            "sensitivity that of this many records, service.core.selection); best near or "
+            "sensitivity that of this many records, service.core.dp.selection); best near or "
             "above the usual hot-period size"
         ),
     )
@@ -146,7 +146,7 @@ class PrivacyIn(Strict):
         default="max_c_2",
         description=(
             "user-keyed streams: how many of a user's observations per window the count "
-            "tables' noise is calibrated to (service.core.budget). 'max_c_2': max(c, 2), c = "
+            "tables' noise is calibrated to (service.core.dp.budget). 'max_c_2': max(c, 2), c = "
             "max_contributions_per_window: removing one observation can let the user's next "
             "one be counted in its place (a swap of two), so one observation is within ε and "
             "one user within ε per window. 'c': the rule of streams created before it (their "

@@ -2,7 +2,8 @@
 window's tables join the count period, and expire counts before it deletes): hot rows accepted
 by ingest are counted into their window's tables from a per-window checkpoint.
 
-Every run of entries is parsed (``service.core.counting.parse_rows``), its increments summed
+Every run of entries is parsed (``service.core.features.counting.parse_rows``), its increments
+summed
 per cell (``count_increments``) and applied together with the move of the window's checkpoint
 by compare-and-set (``count.lua`` via ``ctx.stores.counting``), so every accepted row is
 counted exactly once whatever crashes or races. A table with many increments is read, added to
@@ -22,7 +23,7 @@ import time
 import numpy as np
 
 from service.context import AppContext
-from service.core.counting import (
+from service.core.features.counting import (
     Increments,
     count_increments,
     forget_keys,
@@ -30,7 +31,7 @@ from service.core.counting import (
     tables_of,
     within_bound,
 )
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.errors import Unavailable
 from service.streams import repository
 from service.streams import service as streams

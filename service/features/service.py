@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from service.context import AppContext
-from service.core import hotrows
-from service.core.featurizer import Featurizer
+from service.core.features import hotrows
+from service.core.features.featurizer import Featurizer
 from service.errors import PayloadTooLarge, Unavailable
 from service.features import pointer
 from service.streams import service as streams

@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy import select
 
 from service.context import AppContext
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.db.models import ColdStoreKey
 from service.errors import PayloadTooLarge, TooManyRequests, Unavailable, ValidationError
 from service.ingest.schemas import IngestIn, IngestOut

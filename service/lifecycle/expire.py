@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.anonymize import service as anonymize
 from service.audits import service as audits
 from service.context import AppContext
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.counting import service as counting
 from service.db.models import ColdSegment, FollowUp, Window
 from service.db.session import scrub_deleted

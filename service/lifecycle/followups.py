@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.counting import service as counting
 from service.db.models import FollowUp, Stream
 from service.lifecycle.expire import FOLLOW_UP_MAX_ATTEMPTS, expire

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from prometheus_client import Histogram
 
 from service.context import AppContext
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.counting import service as counting
 from service.errors import NotFound
 from service.features import pointer

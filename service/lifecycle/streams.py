@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 
 from service.context import AppContext
-from service.core.budget import budget_split, noise_for
-from service.core.featurize import table_name
+from service.core.dp.budget import budget_split, noise_for
+from service.core.features.columns import table_name
 from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, Stream
 from service.errors import Conflict, ValidationError

@@ -37,9 +37,9 @@ from service.anonymize import service as anonymize
 from service.audits import service as audits
 from service.audits.store import AuditStore
 from service.context import AppContext
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.privacy import repository
-from service.queues import service as queues
+from service.queues import privacy as queues
 
 ALL_ROLES = ["producer", "model", "curator", "annotator", "analyst", "admin"]
 OBSERVATION = "add or remove one observation"
@@ -205,7 +205,7 @@ async def annotation_queues(inp: LedgerInput) -> list[dict[str, Any]]:
 
 
 async def annotation_queue_scores(inp: LedgerInput) -> list[dict[str, Any]]:
-    """Non-DP: a ``model``-scored queue's released uncertainty (``service.queues.service``)."""
+    """Non-DP: a ``model``-scored queue's released uncertainty (``service.queues.privacy``)."""
     return await queues.model_score_releases(session=inp.session, stream_id=inp.rt.id)
 
 

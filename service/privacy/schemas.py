@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 
 
 class KAnonIn(BaseModel):

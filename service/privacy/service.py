@@ -1,5 +1,5 @@
 """The privacy ledger of a stream (docs/ARCHITECTURE.md, "Privacy ledger"): every number
-recomputable from the stored configuration, by ``service.core.accounting``."""
+recomputable from the stored configuration, by ``service.core.dp.accounting``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core import kanon
-from service.core.accounting import (
+from service.core.annotation import sampled_kanon as kanon
+from service.core.dp.accounting import (
     ADD_REMOVE_USER,
     BOTH,
     CONTINUAL,
@@ -27,7 +27,7 @@ from service.core.accounting import (
     selection_rounds,
     table_part,
 )
-from service.core.budget import (
+from service.core.dp.budget import (
     budget_split,
     calibration_multiple,
     noise_for,
@@ -37,11 +37,12 @@ from service.core.budget import (
 from service.errors import ValidationError
 from service.privacy import releases
 from service.privacy.schemas import KAnonIn, KAnonOut
-from service.queues import service as queues
+from service.queues import privacy as queues
+from service.queues.service import SOURCE as QUEUE_CALCULATOR_SOURCE
 from service.streams import service as streams
 from service.streams.schemas import StreamCreate
 
-KANON_SOURCE = queues.SOURCE + "; δ searched over n in log space with a Chernoff stop"
+KANON_SOURCE = QUEUE_CALCULATOR_SOURCE + "; δ searched over n in log space with a Chernoff stop"
 
 
 def with_queues(g: Guarantee, queue_parts: Sequence[Part]) -> Guarantee:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 from service.core.streamconfig import Scalar
 from service.streams.schemas import NAME_PATTERN
 

@@ -27,7 +27,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.featurizer import Featurizer
+from service.core.features.featurizer import Featurizer
 from service.core.metrics import auc, log_loss
 from service.db.models import ReferenceModel
 from service.errors import PayloadTooLarge, Unavailable

@@ -1,6 +1,6 @@
 """Count-table selection on each roll (docs/ARCHITECTURE.md, "Count-table selection"), with
 the pure core in
-``service.core.selection``: the hot period's closed windows are read, candidate groups scored by
+``service.core.dp.selection``: the hot period's closed windows are read, candidate groups scored by
 empirical mutual-information gain (by default less Akaike's penalty: ``privacy.selection_score``),
 up to ``groups_per_round`` picked by the exponential
 mechanism under ``epsilon_selection``, and each pick gets a table. The mechanism has one more
@@ -24,10 +24,10 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.counting import within_bound
-from service.core.featurize import FeatureSpec, row_keys, table_name
-from service.core.runtime import StreamRuntime
-from service.core.selection import Candidate, candidate_groups, select_round
+from service.core.dp.selection import Candidate, candidate_groups, select_round
+from service.core.features.columns import FeatureSpec, row_keys, table_name
+from service.core.features.counting import within_bound
+from service.core.features.runtime import StreamRuntime
 from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, StreamEvent
 from service.models import repository as events_repo
@@ -44,7 +44,7 @@ EARLIER_ROUND_POLL_SECONDS = 0.2
 
 def _counted(rows: list[dict], spec: FeatureSpec, bound: int) -> np.ndarray:
     """Mask of one window's rows (in arrival order) that the counter counts: the first
-    ``bound`` of each user's (``service.core.counting.within_bound``, on the user key's
+    ``bound`` of each user's (``service.core.features.counting.within_bound``, on the user key's
     canonical value as the counter groups it)."""
     keys = row_keys(rows, [spec])[spec.name]
     if not keys:
@@ -230,9 +230,7 @@ async def select_tables(
             privacy.selection_margin,
             attributes,
         )
-        outcome = await _commit(
-            ctx, name, epoch, rt.config, {table_name(g) for g in groups}, picks
-        )
+        outcome = await _commit(ctx, name, epoch, rt.config, {table_name(g) for g in groups}, picks)
         if outcome is not None:
             break
     else:

@@ -1,4 +1,4 @@
-"""The Redis side of every domain: key layout in ``service.keys``, Lua scripts in
+"""The Redis side of every domain: key layout in ``service.stores.keys``, Lua scripts in
 ``service.lua``, no rules (those are in the domain services). One ``Stores`` per process,
 reached as ``ctx.stores.<domain>``."""
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from service.keys import Keys
 from service.stores.counting import CountingStore
 from service.stores.ingest import IngestStore
+from service.stores.keys import Keys
 from service.stores.queues import QueueStore
 from service.stores.quotas import QuotaStore
 from service.stores.windows import WindowStore

@@ -13,8 +13,8 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from service.keys import Keys
 from service.lua import source, status_of
+from service.stores.keys import Keys
 from service.stores.windows import mget_stepwise
 
 STAGE_TTL_SECONDS = 600  # a staging key a crashed counter left behind goes after this
@@ -94,7 +94,7 @@ class CountingStore:
         current checkpoint)`` or ``('missing', key)`` (a table: the window is gone; a staging
         key: it expired). ``staged[i]``: table ``table_ids[i]``'s new cells are in its staging
         key of ``token`` (``stage``), else ``values[i]`` is its increments
-        (``service.core.counting.pack_ops``); the prior table's last (never staged).
+        (``service.core.features.counting.pack_ops``); the prior table's last (never staged).
         ``users``: ``b'hash seen ...'``; ``columns``: the run's rows by column, appended to the
         window's ``cols`` list."""
         keys = [self.k.meta(stream, window), self.k.users(stream, window)]

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable
 
 from redis.asyncio import Redis
 
-from service.keys import Keys
 from service.lua import source, status_of
+from service.stores.keys import Keys
 
 FINGERPRINT_LEN = 64
 # A stream's pointers are counted in time buckets of ttl / COUNT_BUCKETS seconds; a count sums

@@ -17,8 +17,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from service.keys import Keys
 from service.lua import source
+from service.stores.keys import Keys
 
 SKIP_MEMORY_SECONDS = 86_400
 CLOSED_RETRIES = 8

@@ -9,8 +9,8 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from service.keys import Keys
 from service.lua import source
+from service.stores.keys import Keys
 
 
 class QuotaStore:

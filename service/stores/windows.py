@@ -14,10 +14,10 @@ import numpy as np
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from service.core import cells as cell_codec
-from service.core.aggregate import Aggregate
-from service.keys import Keys
+from service.core.tables import cells as cell_codec
+from service.core.tables.aggregate import Aggregate
 from service.lua import source
+from service.stores.keys import Keys
 
 log = logging.getLogger("selectivity.windows")
 
@@ -226,7 +226,7 @@ class WindowStore:
     ) -> tuple[bytes, int, bytes] | None:
         """Up to ``count`` entries of window ``w``'s hot stream in ``[start, end]``:
         ``(last entry id, number of entries, b'row,row,...')`` with each entry's raw JSON row
-        (``service.core.hotrows`` reads it), or None when there are none. Read by plain
+        (``service.core.features.hotrows`` reads it), or None when there are none. Read by plain
         ``XRANGE`` in steps of ``HOT_STEP`` entries, joined here: Redis, which every client
         shares, only hands back stored bytes."""
         key = self.k.hot(s, w)

@@ -8,8 +8,8 @@ import time
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.budget import budget_split
-from service.core.runtime import StreamRuntime, TableRef
+from service.core.dp.budget import budget_split
+from service.core.features.runtime import StreamRuntime, TableRef
 from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, Stream
 from service.errors import NotFound

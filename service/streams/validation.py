@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from service.core.runtime import StreamRuntime
+from service.core.features.runtime import StreamRuntime
 from service.errors import ValidationError
 
 

@@ -10,10 +10,10 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.context import AppContext
-from service.core.aggregate import Aggregate
-from service.core.cells import INT32_MAX
-from service.core.noise import sample_noise
-from service.core.runtime import StreamRuntime
+from service.core.dp.noise import sample_noise
+from service.core.features.runtime import StreamRuntime
+from service.core.tables.aggregate import Aggregate
+from service.core.tables.cells import INT32_MAX
 from service.streams import repository
 from service.streams import service as streams
 from service.windows.schemas import WindowOut, WindowsOut
@@ -31,7 +31,7 @@ def noise_tables(
 ) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """Fresh noise for every cell of a window's tables (table ``table_ids[i]`` at
     ``scales[i]``) and its prior table (at ``prior_scale``), from the CSPRNG
-    (``service.core.noise``). Runs in the process pool."""
+    (``service.core.dp.noise``). Runs in the process pool."""
 
     def draw(scale: float, size: int) -> np.ndarray:
         if mechanism == "none":

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from service.anonymize import service as anonymize_service
 from service.anonymize.schemas import MAX_INLINE_ROWS, AnonymizationCreate
 from service.context import AppContext
-from service.core.hierarchy import Hierarchy, lca_by_walk, parse_hierarchy
+from service.core.anonymity.hierarchy import Hierarchy, lca_by_walk, parse_hierarchy
 from service.db.models import AuditEntry
 from tests.conftest import Api
 from tests.helpers import ingest, new_stream, obs

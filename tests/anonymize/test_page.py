@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.core.hierarchy import lca_by_walk, parse_hierarchy
+from service.core.anonymity.hierarchy import lca_by_walk, parse_hierarchy
 from tests.serving import serving
 from tests.web.test_pages import ARGS, CHROMIUM, browser_ok  # noqa: F401
 

@@ -1,4 +1,4 @@
-"""docs/API.md is the reference of every operation: it is what ``service.apidoc`` renders
+"""docs/API.md is the reference of every operation: it is what ``service.cli.apidoc`` renders
 from the routes (roles, limits, rate-limit classes, errors), so it can neither leave an
 operation out nor say what the code does not."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service import apidoc
 from service.app import create_app
+from service.cli import apidoc
 from service.config import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "API.md"
@@ -16,7 +16,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "API.md"
 def test_api_md_is_what_the_routes_render() -> None:
     rendered = apidoc.render(create_app(Settings()))
     assert DOC.read_text() == rendered, (
-        "docs/API.md is out of date: python -m service.apidoc > docs/API.md"
+        "docs/API.md is out of date: python -m service.cli.apidoc > docs/API.md"
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from service.api import limits
 from service.context import AppContext
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 from service.privacy import service as privacy_service
 from tests.conftest import Api, in_process_api
 from tests.helpers import new_stream, obs

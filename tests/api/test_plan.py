@@ -1,4 +1,4 @@
-"""``POST /v1/privacy/plan``: any key gets the proposal of ``service.core.plan`` (the same as
+"""``POST /v1/privacy/plan``: any key gets the proposal of ``service.core.dp.plan`` (the same as
 the CLI's), whose ``stream`` body the service accepts and splits as planned; bad input is a
 422 naming the field; no key is a 401."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.plan import MAX_CELLS, PlanRequest, make_plan
+from service.core.dp.plan import MAX_CELLS, PlanRequest, make_plan
 from service.core.streamconfig import StreamCreate
 from tests.conftest import Api, unique
 from tests.helpers import stream_body

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from service.audit import anchor as audit_anchor
 from service.audit import service as audit
-from service.cli_coldstore import parse_head
+from service.cli.coldstore import parse_head
 from service.config import Settings
 from service.db.migrate import alembic_config, upgrade
 from service.db.models import AuditEntry

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from service.cli_audit import guarantee_line, table
+from service.cli.audit import guarantee_line, table
 
 
 def _out(**over: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from service.audits import service as audits_service
 from service.audits.schemas import MAX_INLINE_ROWS, MAX_INLINE_VALUES, AuditCreate
 from service.context import AppContext
-from service.core import pu
+from service.core.reidentification import attacks as pu
 from service.db.models import AuditEntry
 from tests.conftest import Api, Jobs
 from tests.helpers import ingest, new_stream, obs

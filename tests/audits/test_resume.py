@@ -24,9 +24,9 @@ import pytest
 import redis
 
 from service.audits import service as audits_service
-from service.cli_audit import progress_line
+from service.cli.audit import progress_line
 from service.config import Settings
-from service.core import pu
+from service.core.reidentification import attacks as pu
 from service.db.migrate import upgrade
 from tests.audits.test_reidentification import _rolled_stream, _stream_rows
 from tests.conftest import Api, Backend, Jobs
@@ -204,7 +204,7 @@ def test_progress_lines() -> None:
 CHILD = r"""
 import os, time
 from service.audits import service as audits
-from service.core import pu
+from service.core.reidentification import attacks as pu
 audits.CONFIG = pu.PUConfig(batch_size=100, t_pre=200, t_tune=200, pu_epochs=60, oracle_epochs=60)
 audits.PROGRESS_SECONDS = 0.02
 audit = pu.audit
@@ -214,7 +214,7 @@ def slow_audit(*args, progress, **kwargs):
         time.sleep(float(os.environ["SEL_TEST_TICK"]))
     return audit(*args, progress=tick, **kwargs)
 pu.audit = slow_audit
-from service.cli import main
+from service.cli.entry import main
 main(["worker", "--queues", "user"])
 """
 

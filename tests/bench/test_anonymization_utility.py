@@ -16,8 +16,8 @@ from sklearn.metrics import f1_score
 from bench.anonymization import adult, utility
 from bench.anonymization import main as anonymization_main
 from bench.anonymization.mondrian import mondrian
-from service.core.hierarchy import parse_hierarchy
-from service.core.sangreea import QuasiIdentifier, anonymize
+from service.core.anonymity.hierarchy import parse_hierarchy
+from service.core.anonymity.sangreea import QuasiIdentifier, anonymize
 from tests.conftest import shared_data
 
 

@@ -17,7 +17,7 @@ HEAVY = ("scipy", "sklearn", "lightgbm", "pandas", "numpy", "pyarrow")
 
 CHILD = """
 import json, sys
-from service.cli import main
+from service.cli.entry import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:

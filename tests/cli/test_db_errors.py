@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from service.cli_db import describe, reported_errors
+from service.cli.db import describe, reported_errors
 from service.db.session import DatabaseURLError, check_url, masked_url
 from tests.conftest import DATABASE_URL, pg_schema
 from tests.serving import cli, cli_env, free_port

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.cli_http import describe
+from service.cli.http import describe
 from tests.serving import cli, cli_env, free_port, serving
 
 pytestmark = pytest.mark.slow  # the CLI in subprocesses

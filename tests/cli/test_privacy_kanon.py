@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli import main
+from service.cli.entry import main
 
 
 def test_delta_and_inverses(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.core.aggregate import Aggregate
-from service.core.cells import INT32_MAX, INT32_MIN
+from service.core.tables.aggregate import Aggregate
+from service.core.tables.cells import INT32_MAX, INT32_MIN
 
 
 def test_round_trip_and_saturation() -> None:
@@ -34,8 +34,8 @@ def test_aligned_fills_new_tables_with_zeros_and_keeps_the_prior() -> None:
 def test_stored_in_pieces_and_read_back_whole(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Cells are stored in pieces of at most CHUNK_BYTES named by the version's token; an
     aggregate stored whole before that (one ``cells`` field) still reads."""
-    from service.core import aggregate as aggregate_mod
-    from service.core import cells as cell_codec
+    from service.core.tables import aggregate as aggregate_mod
+    from service.core.tables import cells as cell_codec
 
     monkeypatch.setattr(aggregate_mod, "CHUNK_BYTES", 12)
     cells = np.arange(-5, 9, dtype=np.int64)

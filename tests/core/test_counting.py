@@ -1,13 +1,14 @@
-"""The counting math (``service.core.counting``): a batch's increments per table and cell, the
+"""The counting math (``service.core.features.counting``): a batch's increments per table and cell,
+the
 packed BITFIELD arguments, whole-table addition that saturates as BITFIELD does."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from service.core import counting as counting_math
-from service.core.featurize import row_keys, table_keys
-from service.core.sketch import aggregate_increments, hash_keys
+from service.core.features import counting as counting_math
+from service.core.features.columns import row_keys, table_keys
+from service.core.tables.sketch import aggregate_increments, hash_keys
 from service.ingest.schemas import IngestIn
 from tests.helpers import batch_ops, obs, runtime
 

@@ -14,9 +14,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service.core import featurizer as featurizer_module
-from service.core.aggregate import Aggregate
-from service.core.featurize import (
+from service.core.features import featurizer as featurizer_module
+from service.core.features.columns import (
     Encoded,
     FeatureSpec,
     _distinct_codes,
@@ -26,8 +25,9 @@ from service.core.featurize import (
     derived_columns,
     encode_column,
 )
-from service.core.featurizer import Featurizer
-from service.core.runtime import StreamRuntime, TableRef
+from service.core.features.featurizer import Featurizer
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.aggregate import Aggregate
 from service.features.service import featurize_json
 from service.streams.schemas import StreamCreate
 
@@ -40,7 +40,7 @@ NUMBERS = [None, 0, 17.5, 18, 18.0, 24.99, 25, 35, 99, -1e300, 1e300, True, Fals
 def previous_encode_column(values: Sequence[object], spec: FeatureSpec) -> Encoded:
     """``encode_column`` as it was before its fast path (its numeric branch is unchanged and
     shared)."""
-    from service.core.featurize import VECTORISE_FROM, _encode_numeric
+    from service.core.features.columns import VECTORISE_FROM, _encode_numeric
 
     n = len(values)
     if isinstance(values, np.ndarray) and values.dtype == object:

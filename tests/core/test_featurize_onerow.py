@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from service.core.aggregate import Aggregate
-from service.core.featurize import assemble, derived_blocks, derived_columns
-from service.core.featurizer import Featurizer
-from service.core.runtime import StreamRuntime, TableRef
+from service.core.features.columns import assemble, derived_blocks, derived_columns
+from service.core.features.featurizer import Featurizer
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.aggregate import Aggregate
 from service.streams.schemas import StreamCreate
 
 SEED = bytes(range(32))

@@ -12,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from service.core.aggregate import Aggregate
-from service.core.featurize import (
+from service.core.features.columns import (
     FeatureSpec,
     assemble,
     canonical_value,
@@ -24,9 +23,10 @@ from service.core.featurize import (
     row_keys,
     table_keys,
 )
-from service.core.featurizer import Featurizer
-from service.core.runtime import StreamRuntime, TableRef
-from service.core.sketch import estimate, hash_keys
+from service.core.features.featurizer import Featurizer
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.aggregate import Aggregate
+from service.core.tables.sketch import estimate, hash_keys
 from service.streams.schemas import StreamCreate
 from tests.conftest import Api, unique
 from tests.helpers import obs, stream_body
@@ -259,7 +259,7 @@ async def test_hot_chunk_reads_rows_as_one_string(
 def test_each_table_backs_off_below_its_own_noise() -> None:
     """With a budget split, a table's back-off threshold follows its own noise: the heavily
     weighted table (less noise) keeps counts that the others treat as noise."""
-    from service.core.featurize import backoff_threshold
+    from service.core.features.columns import backoff_threshold
 
     tables = [(1, "user", ("user",)), (2, "item", ("item",)), (3, "user+item", ("user", "item"))]
     rt = runtime(tables, weights={"item": 10.0})

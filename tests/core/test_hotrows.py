@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.core import hotrows
-from service.core.aggregate import Aggregate
-from service.core.featurize import FeatureSpec
-from service.core.featurizer import Featurizer
-from service.core.runtime import StreamRuntime, TableRef
+from service.core.features import hotrows
+from service.core.features.columns import FeatureSpec
+from service.core.features.featurizer import Featurizer
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables.aggregate import Aggregate
 from service.counting import service as counting
 from service.features import service as features
 from service.streams.schemas import StreamCreate

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import special
 
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 
 
 def gamma_bracket(beta: float, epsilon: float) -> tuple[Fraction, Fraction]:

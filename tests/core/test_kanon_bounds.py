@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 
 
 def test_the_worst_corner_of_the_input_box_is_far_below_the_search_bound() -> None:

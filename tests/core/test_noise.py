@@ -1,4 +1,4 @@
-"""Tests of service.core.noise: distributions, CSPRNG use, validation, conservative rounding.
+"""Tests of service.core.dp.noise: distributions, CSPRNG use, validation, conservative rounding.
 
 Statistical tests use fixed seeds (``SeededRandomBits``), so they are deterministic: a test
 either always passes or always fails.  The "false-failure rate" written next to a threshold is
@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from service.core import noise
-from service.core.noise import (
+from service.core.dp import noise
+from service.core.dp.noise import (
     OsRandomBits,
     RandomBits,
     SeededRandomBits,

@@ -1,4 +1,4 @@
-"""The budget planner (``service.core.plan``): its proposals are valid stream configurations,
+"""The budget planner (``service.core.dp.plan``): its proposals are valid stream configurations,
 move the right way with the stream's size and the target, split the budget as documented, and
 — on the simulator at ×3 MovieLens, a size the rule was not fitted on (×1 and ×10) — the
 proposed configuration meets its DP-cost target."""
@@ -19,9 +19,9 @@ from bench.accuracy import simulator
 from bench.accuracy.plan import Privacy, Sketching
 from bench.accuracy.plan import make_plan as cuts_plan
 from bench.accuracy.regime import CUTS, TRAINING
-from service.cli import main as cli
-from service.core.budget import budget_split
-from service.core.plan import SNR_CAP, Plan, PlanRequest, dp_cost, make_plan, split
+from service.cli.entry import main as cli
+from service.core.dp.budget import budget_split
+from service.core.dp.plan import SNR_CAP, Plan, PlanRequest, dp_cost, make_plan, split
 from service.core.streamconfig import StreamCreate
 from tests.conftest import shared_data
 

@@ -1,4 +1,5 @@
-"""Tests of service.core.pu: the re-identification attacks, their risks and the released mean.
+"""Tests of service.core.reidentification.attacks: the re-identification attacks, their risks and
+the released mean.
 
 Statistical tests use fixed seeds (deterministic); the false-failure rate next to a threshold is
 the probability that a CORRECT implementation fails it for a random seed.
@@ -20,8 +21,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.core.noise import SeededRandomBits, discrete_laplace_pmf
-from service.core.pu import (
+from service.core.dp.noise import SeededRandomBits, discrete_laplace_pmf
+from service.core.reidentification.attacks import (
     Domain,
     PUConfig,
     SumRelease,
@@ -35,7 +36,7 @@ from service.core.pu import (
     summarise,
     upu_risk,
 )
-from service.core.pu_models import Adam, LinearModel, MLPModel
+from service.core.reidentification.classifiers import Adam, LinearModel, MLPModel
 
 # growPU at 300 steps instead of the paper's 10,000 takes Adam's usual 1e-3 (its default, 1e-5,
 # is for the full budget): on the mixture both give the same accuracy once trained.

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.core.sampling import (
+from service.core.annotation.sampling import (
     bernoulli_mask,
     canonical_record,
     canonical_record_bytes,

@@ -1,4 +1,5 @@
-"""SaNGreeA k-anonymisation (service/core/sangreea.py, service/core/hierarchy.py): every release
+"""SaNGreeA k-anonymisation (service/core/anonymity/sangreea.py,
+service/core/anonymity/hierarchy.py): every release
 is k-anonymous, the fast version matches the exhaustive greedy, GIL/NGIL recompute, weights move
 the loss, and AnonymizationJS's three bugs are absent."""
 
@@ -15,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.core.hierarchy import (
+from service.core.anonymity.hierarchy import (
     encode_values,
     flat_hierarchy,
     lca_by_walk,
     parse_hierarchy,
 )
-from service.core.sangreea import (
+from service.core.anonymity.sangreea import (
     QuasiIdentifier,
     SangreeaResult,
     anonymize,

@@ -1,4 +1,4 @@
-"""Tests for service.core.selection (DP count-table selection, docs/ARCHITECTURE.md,
+"""Tests for service.core.dp.selection (DP count-table selection, docs/ARCHITECTURE.md,
 "Count-table selection").
 
 Statistical tests use fixed seeds, so they are deterministic; the "false-failure rate" next to a
@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 from scipy import stats
 from scipy.stats.contingency import crosstab
 
-from service.core import selection
-from service.core.selection import (
+from service.core.dp import selection
+from service.core.dp.selection import (
     Candidate,
     csprng_gumbel,
     empirical_mi,

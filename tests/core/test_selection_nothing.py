@@ -1,5 +1,5 @@
 """The public outcome ⊥ ("add no table") of a selection round and the bases a candidate is
-scored against (service.core.selection, "Picking nothing"; docs/ARCHITECTURE.md,
+scored against (service.core.dp.selection, "Picking nothing"; docs/ARCHITECTURE.md,
 "Count-table selection").
 
 The distribution tests draw from the CSPRNG the service uses (not a seeded PRNG), so they are
@@ -17,7 +17,7 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from service.core.selection import (
+from service.core.dp.selection import (
     Candidate,
     candidate_groups,
     empirical_mi,

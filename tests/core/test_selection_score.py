@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from service.core import selection
-from service.core.selection import (
+from service.core.dp import selection
+from service.core.dp.selection import (
     Candidate,
     empirical_mi,
     gain_sensitivity,

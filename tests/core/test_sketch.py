@@ -1,4 +1,4 @@
-"""Tests for service.core.sketch (count-median sketch, Charikar-Chen-Farach-Colton 2002).
+"""Tests for service.core.tables.sketch (count-median sketch, Charikar-Chen-Farach-Colton 2002).
 
 Statistical tests use fixed seeds, so they are deterministic; the "false-failure rate" quoted
 next to each threshold is the probability that the assertion fails under the tested hypothesis
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from service.core.sketch import (
+from service.core.tables.sketch import (
     CountMedianSketch,
     SketchSpec,
     aggregate_increments,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core.sketch import (
+from service.core.tables.sketch import (
     KeyHasher,
     SketchSpec,
     aggregate_increments,

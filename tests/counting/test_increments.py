@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core.sketch import KeyHasher, SketchSpec, aggregate_increments, grouped_increments
+from service.core.tables.sketch import (
+    KeyHasher,
+    SketchSpec,
+    aggregate_increments,
+    grouped_increments,
+)
 
 SEED = bytes(range(16))
 

@@ -5,8 +5,8 @@ promises", 1)."""
 
 from __future__ import annotations
 
-from service.core import counting as core_counting
-from service.core.runtime import StreamRuntime
+from service.core.features import counting as core_counting
+from service.core.features.runtime import StreamRuntime
 from service.counting.service import count_all
 from service.streams import service as streams
 from tests.conftest import Api, Jobs

@@ -10,10 +10,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from service.core import counting as counting_math
-from service.core.featurize import row_keys, table_keys
-from service.core.runtime import StreamRuntime
-from service.core.sketch import aggregate_increments, hash_keys
+from service.core.features import counting as counting_math
+from service.core.features.columns import row_keys, table_keys
+from service.core.features.runtime import StreamRuntime
+from service.core.tables.sketch import aggregate_increments, hash_keys
 from service.counting import service as counting
 from service.ingest.schemas import IngestIn
 from service.lifecycle import roll as lifecycle_roll

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.core.featurize import column_names
+from service.core.features.columns import column_names
 from tests.conftest import Api, unique
 from tests.helpers import obs, stream_body
 

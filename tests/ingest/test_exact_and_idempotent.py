@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from service.core import hotrows
+from service.core.features import hotrows
 from service.lifecycle import roll as lifecycle_roll
 from service.streams import service as streams
 from tests.conftest import Api

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import redis
 
-from service.core.aggregate import Aggregate
+from service.core.tables.aggregate import Aggregate
 from service.features import pointer
 from service.lifecycle import roll as lifecycle_roll
 from tests.conftest import REDIS_URL, Api, Backend, Jobs

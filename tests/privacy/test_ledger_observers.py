@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.accounting import BOTH, CONTINUAL, ONE_TIME
+from service.core.dp.accounting import BOTH, CONTINUAL, ONE_TIME
 from tests.conftest import Api
 from tests.helpers import new_stream
 

@@ -1,5 +1,5 @@
 """The count tables' per-observation guarantee against a brute-force neighbour search
-(docs/ARCHITECTURE.md, "Privacy"; ``service.core.budget``).
+(docs/ARCHITECTURE.md, "Privacy"; ``service.core.dp.budget``).
 
 Every data set of up to three observations over a tiny domain (two users, two values of each
 of two features, two labels: 16 observations, 4,368 ordered data sets), in arrival order,
@@ -19,9 +19,9 @@ import numpy as np
 import orjson
 import pytest
 
-from service.core.counting import Parsed, count_increments, parse_rows, within_bound
-from service.core.featurize import Encoded
-from service.core.runtime import StreamRuntime
+from service.core.features.columns import Encoded
+from service.core.features.counting import Parsed, count_increments, parse_rows, within_bound
+from service.core.features.runtime import StreamRuntime
 from service.streams import service as streams
 from tests.conftest import Api
 from tests.helpers import new_stream
@@ -126,7 +126,7 @@ def test_the_counter_example_swaps_two_counted_observations() -> None:
     """Features user, a, b; max_tables 4; depth 3; c = 1: D = {o1, o2} of one user and
     D' = {o2} differ by L1 = 20 (o1 counted in D, o2 in D'), more than the 12 = c·T·depth of
     the rule before max(c, 2); under max(c, 2) the noise is calibrated to 24."""
-    from service.core.budget import noise_for
+    from service.core.dp.budget import noise_for
     from service.core.streamconfig import StreamCreate
 
     cfg = StreamCreate.model_validate({"name": "cx", **_body(1, "max_c_2")})
@@ -141,8 +141,8 @@ def test_the_counter_example_swaps_two_counted_observations() -> None:
 
 
 def _refs(cfg):
-    from service.core.featurize import table_name
-    from service.core.runtime import TableRef
+    from service.core.features.columns import table_name
+    from service.core.features.runtime import TableRef
 
     return tuple(
         TableRef(i, table_name([f.name]), (f.name,), 1) for i, f in enumerate(cfg.features, 1)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from service.audits import service as audits_service
-from service.core import pu
+from service.core.reidentification import attacks as pu
 from tests.conftest import Api
 from tests.helpers import ingest, new_stream, obs
 from workers.jobs import anonymize_run, reidentification_run

@@ -19,8 +19,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.keys import Keys
 from service.lua import source
+from service.stores.keys import Keys
 from service.stores.queues import Candidate, candidates_call, period_keys, release_keys
 from tests.conftest import REDIS_URL, Backend
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core import sampling
-from service.core.sampling import NFKC_GROWTH, TextTooLong, canonical_text
+from service.core.annotation import sampling
+from service.core.annotation.sampling import NFKC_GROWTH, TextTooLong, canonical_text
 from service.queues.schemas import MAX_TEXT_CHARS
 from tests.conftest import Api
 from tests.queues.test_queues import make_queue

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.core import kanon, sampling
+from service.core.annotation import sampled_kanon as kanon
+from service.core.annotation import sampling
 from service.queues import service as qservice
 from tests.conftest import Api, unique
 from tests.helpers import stream_body

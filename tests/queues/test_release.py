@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.core import kanon
+from service.core.annotation import sampled_kanon as kanon
 from service.queues import service as qservice
 from service.reference import service as reference
 from service.reference.schemas import PredictOut

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.core import sampling
+from service.core.annotation import sampling
 from service.queues import service as qservice
 from tests.conftest import Api
 from tests.queues.test_queues import HOUR_MS, Clock, make_queue

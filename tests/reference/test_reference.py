@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from service.context import AppContext
-from service.core.featurizer import Featurizer
+from service.core.features.featurizer import Featurizer
 from service.db.models import ReferenceModel, Stream
 from service.features import service as features
 from service.reference import report

@@ -151,20 +151,28 @@ async def test_a_round_records_the_time_of_its_roll_never_of_its_commit(
     await jobs()
     async with api.ctx.sessionmaker() as session:
         events = (
-            await session.execute(
-                select(StreamEvent).where(
-                    StreamEvent.stream_id == stream.id,
-                    StreamEvent.kind.in_((repository.PICKED, repository.NOTHING)),
+            (
+                await session.execute(
+                    select(StreamEvent).where(
+                        StreamEvent.stream_id == stream.id,
+                        StreamEvent.kind.in_((repository.PICKED, repository.NOTHING)),
+                    )
                 )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         tables = (
-            await session.execute(
-                select(CountTable).where(
-                    CountTable.stream_id == stream.id, CountTable.reason == "selected"
+            (
+                await session.execute(
+                    select(CountTable).where(
+                        CountTable.stream_id == stream.id, CountTable.reason == "selected"
+                    )
                 )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         follow_up = (
             await session.execute(
                 select(FollowUp).where(

@@ -1,7 +1,7 @@
 """The configuration of ⊥ and of the round schedule (``privacy.selection_threshold``,
 ``privacy.selection_rounds``): defaults, limits (a 422 naming the field) and the ledger's
 parameters; a stored configuration from before the fields gets Q = the free slots, the bound
-its rounds already obeyed (service.core.accounting)."""
+its rounds already obeyed (service.core.dp.accounting)."""
 
 from __future__ import annotations
 

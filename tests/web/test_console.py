@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from service.synthetic import ClickLogSpec, generate, stream_body
+from service.cli.synthetic import ClickLogSpec, generate, stream_body
 from tests.serving import serving
 from tests.web.test_pages import ARGS, CHROMIUM, browser_ok  # noqa: F401
 

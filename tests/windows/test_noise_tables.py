@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.core.noise import discrete_gaussian_pmf, discrete_laplace_pmf
+from service.core.dp.noise import discrete_gaussian_pmf, discrete_laplace_pmf
 from service.streams import service as streams
 from service.windows import service as windows
 from tests.conftest import Api, unique

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.core import aggregate as aggregate_mod
-from service.core.aggregate import Aggregate
+from service.core.tables import aggregate as aggregate_mod
+from service.core.tables.aggregate import Aggregate
 from service.stores import windows as windows_store
 from tests.conftest import Api, unique
 

@@ -20,10 +20,10 @@ from service.db.models import CountTable, FollowUp, StreamEvent
 from service.ingest import service as ingest
 from service.ingest.schemas import IngestIn
 from service.jobs import queue_name
-from service.keys import Keys
 from service.lifecycle import followups
 from service.lifecycle import roll as lifecycle_roll
 from service.lifecycle import streams as lifecycle_streams
+from service.stores.keys import Keys
 from tests.conftest import unique
 from tests.workers.test_runner import RESUME_SECONDS, _wait, _Workers
 

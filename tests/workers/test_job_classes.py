@@ -22,7 +22,7 @@ from service.config import Settings
 from service.db.models import Stream, Window
 from service.errors import TooManyRequests
 from service.jobs import SERVICE, USER, USER_FUNCTIONS, Jobs, job_class, queue_name
-from service.keys import Keys
+from service.stores.keys import Keys
 from tests.conftest import Api, Backend, in_process_api, unique
 from tests.workers.test_runner import _drop, _Workers
 from workers.jobs import FUNCTIONS
@@ -48,7 +48,7 @@ for name in ("anonymize_run", "reidentification_run"):
     fn = getattr(jobs, name)
     jobs.FUNCTIONS[jobs.FUNCTIONS.index(fn)] = hang(fn)
 
-from service.cli import main
+from service.cli.entry import main
 main(["worker", *filter(None, os.environ.get("SEL_TEST_ARGS", "").split(" "))])
 """
 

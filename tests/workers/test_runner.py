@@ -54,7 +54,7 @@ for name in filter(None, os.environ.get("SEL_TEST_HANG", "").split(",")):
     if fn in jobs.FUNCTIONS:
         jobs.FUNCTIONS[jobs.FUNCTIONS.index(fn)] = getattr(jobs, name)
 
-from service.cli import main
+from service.cli.entry import main
 main(["worker"])
 """
 

@@ -16,11 +16,12 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import binom
 
-from service.core import kanon, pu
-from service.core.budget import window_multiplier
-from service.core.noise import RandomBits, discrete_laplace, zcdp_to_approx_dp
-from service.core.sampling import bernoulli_mask
-from service.core.selection import select
+from service.core.annotation import sampled_kanon as kanon
+from service.core.annotation.sampling import bernoulli_mask
+from service.core.dp.budget import window_multiplier
+from service.core.dp.noise import RandomBits, discrete_laplace, zcdp_to_approx_dp
+from service.core.dp.selection import select
+from service.core.reidentification import attacks as pu
 from service.privacy.auditing.streams import SmallStream, datasets, neighbours
 from service.privacy.service import ledger
 from service.queues.service import default_epsilon
@@ -134,7 +135,7 @@ def count_tables(
         else:
             assert p.rho is not None
             stated = zcdp_to_approx_dp(rho=p.rho * mult**2, delta=delta)
-        source = "one window's (m/k)·ε, m = c (service.core.budget.window_multiplier)"
+        source = "one window's (m/k)·ε, m = c (service.core.dp.budget.window_multiplier)"
     else:
         group = 2 if relation == "replace" else 1
         stated = group * part["epsilon"]
@@ -343,7 +344,7 @@ def queue_period(*, beta: float, k: int, at_kth_arrival: bool = False) -> Case:
         relation=NEIGHBOUR_WORDS["candidate"],
         claimed_epsilon=eps,
         delta=d,
-        claim_source="Li–Qardaji–Su Thm 5 (service.core.kanon.delta)",
+        claim_source="Li–Qardaji–Su Thm 5 (service.core.annotation.sampled_kanon.delta)",
         sample=sample,
         pair_epsilon=pair,
         planted="release at the k-th arrival" if at_kth_arrival else None,
@@ -375,7 +376,8 @@ def sum_release_batch(
 
 def reidentification_mean(*, epsilon: float = 1.0, dimensions: int = 2) -> Case:
     """The ε-DP class release of a re-identification audit (noisy sum and count,
-    ``service.core.pu.SumRelease``) over the box [0, 1]^d: a class of one record at the centre
+    ``service.core.reidentification.attacks.SumRelease``) over the box [0, 1]^d: a class of one
+    record at the centre
     against it plus the record of largest L1 norm among the box's corners and centre. Claim:
     the release's whole-record ε."""
     mech = pu.calibrate(pu.Domain.box(0.0, 1.0), dimensions=dimensions, epsilon=epsilon)

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.core.counting import Parsed, count_increments, parse_rows, within_bound
-from service.core.featurize import Encoded, table_name
-from service.core.runtime import StreamRuntime, TableRef
-from service.core.selection import (
+from service.core.dp.selection import (
     Candidate,
     padded_weight,
     score_candidates,
     score_sensitivity,
 )
+from service.core.features.columns import Encoded, table_name
+from service.core.features.counting import Parsed, count_increments, parse_rows, within_bound
+from service.core.features.runtime import StreamRuntime, TableRef
 from service.core.streamconfig import StreamCreate
 
 HASH_SEED = bytes(range(32))  # public to the auditor: the search is over data, not the seed
@@ -147,7 +147,7 @@ class SmallStream:
     def selection_log_probs(self, scores: np.ndarray) -> np.ndarray:
         """log P[outcome] of one round picking one group (``groups_per_round = 1``): the
         candidates, then ⊥ (-inf without a threshold): ``select``'s exponential mechanism
-        (module docstring of ``service.core.selection``). Used as a test statistic only: a wrong
+        (module docstring of ``service.core.dp.selection``). Used as a test statistic only: a wrong
         formula costs the audit power, never validity."""
         p = self.cfg.privacy
         beta = 2.0 * self.selection_sensitivity() / p.epsilon_selection

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.core import pu
-from service.core.noise import SeededRandomBits
-from service.core.selection import select, select_round
+from service.core.dp.noise import SeededRandomBits
+from service.core.dp.selection import select, select_round
+from service.core.reidentification import attacks as pu
 from service.privacy.auditing import mechanisms as m
 from service.privacy.auditing import suite
 

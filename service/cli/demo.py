@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import Progress
 
-    from service.synthetic import ClickLogSpec, generate, stream_body
+    from service.cli.synthetic import ClickLogSpec, generate, stream_body
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     console = Console()

@@ -7,7 +7,8 @@ weights are the paper's human "bias" / iML weight vectors (section 4.1).
 
 **Quasi-identifiers.** ``s`` range attributes (numeric, generalised to the interval
 ``[lo, hi]`` of the cluster's values) and ``t`` hierarchy attributes (categorical, generalised
-to the lowest common ancestor of the cluster's values in a tree: ``service.core.hierarchy``).
+to the lowest common ancestor of the cluster's values in a tree:
+``service.core.anonymity.hierarchy``).
 
 **GIL** of a cluster ``cl`` (paper, section 4.3, with weights ``w`` normalised to mean 1 over
 the ``s + t`` attributes, so equal weights are the paper's unweighted GIL)::
@@ -74,7 +75,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from service.core.hierarchy import Hierarchy, encode_values, flat_hierarchy, lca_by_walk
+from service.core.anonymity.hierarchy import Hierarchy, encode_values, flat_hierarchy, lca_by_walk
 
 Progress = Callable[[float], None]
 

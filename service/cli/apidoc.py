@@ -4,7 +4,7 @@ docstring) and every error it can answer (the OpenAPI document as ``service.api.
 rewrites it). ``tests/api/test_apidoc.py`` fails when docs/API.md differs from what this
 renders, so the reference can never leave an operation out or say what the code does not.
 
-Regenerate with ``python -m service.apidoc > docs/API.md``."""
+Regenerate with ``python -m service.cli.apidoc > docs/API.md``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from service.config import RATE_LIMITS, Settings
 
 HEADER = """# API reference
 
-Every operation of the HTTP API, generated from the routes by `python -m service.apidoc`
+Every operation of the HTTP API, generated from the routes by `python -m service.cli.apidoc`
 (a test fails when this page and the code disagree). The same operations, with their schemas,
 are in `/openapi.json` and browsable at `/docs` on a running server.
 

@@ -1,4 +1,4 @@
-"""``selectivity privacy plan``: the budget planner (``service.core.plan``) on the command
+"""``selectivity privacy plan``: the budget planner (``service.core.dp.plan``) on the command
 line, computed locally (no server)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 from pydantic import ValidationError
 
-from service.core.plan import PlanRequest, make_plan
+from service.core.dp.plan import PlanRequest, make_plan
 
 
 def _cardinality(text: str) -> tuple[str, int]:

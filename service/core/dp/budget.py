@@ -7,7 +7,7 @@ sensitivity), T = ``max_tables`` (fixed at creation so that adding tables later 
 the noise). Without a user key a window counts every observation, so adding or removing one
 observation changes one counted observation. With a user key a window counts the first c =
 ``max_contributions_per_window`` observations of each user in arrival order
-(``service.core.counting.within_bound``), so
+(``service.core.features.counting.within_bound``), so
 
 * adding or removing one **user** (all of the user's observations) changes at most c counted
   observations;
@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from service.core.noise import discrete_gaussian_variance, discrete_laplace_variance
+from service.core.dp.noise import discrete_gaussian_variance, discrete_laplace_variance
 from service.core.streamconfig import StreamCreate
 
 

@@ -1,14 +1,14 @@
 """A stream as the hot paths need it: specs, hash seed, tables, noise parameters (the noise
-and its derivation: ``service.core.budget``)."""
+and its derivation: ``service.core.dp.budget``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from service.core.budget import Noise, noise_for
-from service.core.featurize import FeatureSpec
-from service.core.sketch import SketchSpec
+from service.core.dp.budget import Noise, noise_for
+from service.core.features.columns import FeatureSpec
 from service.core.streamconfig import StreamCreate
+from service.core.tables.sketch import SketchSpec
 
 
 @dataclass(frozen=True)

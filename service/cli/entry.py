@@ -15,7 +15,12 @@ import sys
 # Only what parsing the arguments needs is imported here: each command imports its own modules
 # (the app, the database layer, the numerical stack), so `selectivity --help`, a refused port or
 # a one-line command never pays for the others' imports (tests/cli/test_cli_imports.py).
-from service import cli_audit, cli_coldstore, cli_db, cli_http, cli_plan, demo
+from service.cli import audit as cli_audit
+from service.cli import coldstore as cli_coldstore
+from service.cli import db as cli_db
+from service.cli import demo
+from service.cli import http as cli_http
+from service.cli import plan as cli_plan
 from service.config import Settings
 from service.core import logsafe
 

@@ -7,7 +7,7 @@ Per observation:
   parallel composition the whole history keeps the per-window guarantee (McSherry 2009, Thm 4).
 * count-table selection: every selection round is ε_sel-DP at every hot-period size
   (exponential mechanism, McSherry & Talwar 2007, calibrated to the public ``min_records``,
-  with a public outcome ⊥ "add no table": ``service.core.selection``) and reads the hot period
+  with a public outcome ⊥ "add no table": ``service.core.dp.selection``) and reads the hot period
   that just ended; an observation is in it for H = ``hot_windows`` rounds. A round may pick ⊥
   and so use no table slot: the slots no longer bound the rounds. The schedule does: rounds run
   only at the rolls to epochs 2 … Q + 1, Q = ``privacy.selection_rounds`` (one round per roll,
@@ -20,7 +20,7 @@ Composition: basic (sequential) composition of (ε, δ) (Dwork & Roth 2014, Thm 
 tables are Gaussian, also zCDP composition, converting the pure-ε parts by ρ = ε²/2 (Bun &
 Steinke 2016, Prop 1.4) and the sum back to (ε, δ) by CKS 2020, Cor 13.
 
-Neighbours (``service.core.budget``). Per observation: adding or removing one observation. With
+Neighbours (``service.core.dp.budget``). Per observation: adding or removing one observation. With
 a user key that can change two counted observations of a window (the user's next one is
 counted in its place, a swap), so a window's tables are (2/k)·ε-DP, k the observations the
 noise is calibrated to (max(c, 2) for new streams: ε; c for streams created before: 2ε at
@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.core.noise import zcdp_to_approx_dp
+from service.core.dp.noise import zcdp_to_approx_dp
 
 SOURCES = {
     "parallel": "McSherry 2009, Privacy Integrated Queries, Thm 4 (disjoint windows)",
@@ -147,7 +147,7 @@ def table_part(
     """``windows`` windows of tables composing sequentially (1 per observation; R + H per
     user against a one-time reader), each window (multiplier·ε)-DP or (multiplier²·ρ)-zCDP:
     multiplier = m/k, m the counted observations the neighbour changes, k the observations
-    the noise is calibrated to (``service.core.budget.window_multiplier``)."""
+    the noise is calibrated to (``service.core.dp.budget.window_multiplier``)."""
     who = {"observer": observer, "neighbour": neighbour, "level": level}
     params = {**parameters, "windows_composed": windows, "window_multiplier": multiplier}
     if mechanism == "laplace":

@@ -46,7 +46,7 @@ class Keys:
         return f"{self.prefix}:{{{s}:{w}}}:hot"
 
     def cols(self, s: str, w: int) -> str:
-        """The counted hot rows by column (``service.core.hotrows.to_ipc``), a list."""
+        """The counted hot rows by column (``service.core.features.hotrows.to_ipc``), a list."""
         return f"{self.prefix}:{{{s}:{w}}}:cols"
 
     def stage(self, s: str, w: int, token: str, table_id: int) -> str:

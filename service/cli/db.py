@@ -1,10 +1,10 @@
-"""The CLI's database side: ``reported_errors``, which ``service.cli.main`` wraps around every
+"""The CLI's database side: ``reported_errors``, which ``service.cli.entry.main`` wraps around every
 command so that a database that cannot be reached, refuses the login, does not exist, is not
 migrated or is misconfigured is one line on stderr (naming the database, its password masked,
 and the fix) and an exit status, never a traceback. A query's own failure (a bug) keeps its
 traceback.
 
-Exit statuses as ``service.cli_http``'s: 1 when the database could not be used, 2 for a
+Exit statuses as ``service.cli.http``'s: 1 when the database could not be used, 2 for a
 ``SELECTIVITY_DATABASE_URL`` that names no database (malformed, an unknown kind, a driver that
 is not installed)."""
 
@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.cli_http import SERVER_ERROR, USAGE_ERROR
+from service.cli.http import SERVER_ERROR, USAGE_ERROR
 from service.config import Settings
 from service.db.session import DatabaseURLError, check_url, make_engine, masked_url
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.core.aggregate import Aggregate
-from service.core.featurize import (
+from service.core.features.columns import (
     SEPARATOR,
     Encoded,
     FeatureSpec,
@@ -27,8 +26,9 @@ from service.core.featurize import (
     passthrough_values,
     prior_probabilities,
 )
-from service.core.runtime import StreamRuntime
-from service.core.sketch import KeyHasher, estimate_stacked
+from service.core.features.runtime import StreamRuntime
+from service.core.tables.aggregate import Aggregate
+from service.core.tables.sketch import KeyHasher, estimate_stacked
 
 ROW_BLOCK = 1 << 16  # rows assembled at a time (bounds the temporaries of a big batch)
 FEW_ROWS = 8  # up to this many rows, featurize key by key (see Featurizer._transform_few)

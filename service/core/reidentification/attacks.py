@@ -87,7 +87,7 @@ formula for the benchmark, which places the paper's noise on the whole-record sc
 
 Randomness: training (initialisation, batches, dropout, K-means seeding) uses numpy's
 ``default_rng`` seeded from the OS; only the DP noise must be unpredictable.  ``seed`` fixes both
-(the noise through :class:`~service.core.noise.SeededRandomBits`) and is FOR TESTS ONLY.
+(the noise through :class:`~service.core.dp.noise.SeededRandomBits`) and is FOR TESTS ONLY.
 
 Run time is dominated by the training steps (``PUConfig``: the paper's 10,000 pre-train and
 10,000 fine-tune steps at most, 1,000 epochs for uPU/nnPU); ``python -m bench reidentification``
@@ -109,14 +109,14 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.cluster.vq import kmeans2
 
-from service.core.noise import (
+from service.core.dp.noise import (
     MAX_LAPLACE_SCALE,
     RandomBits,
     SeededRandomBits,
     discrete_laplace,
     effective_laplace_scale,
 )
-from service.core.pu_models import (
+from service.core.reidentification.classifiers import (
     LEARNING_RATE,
     Adam,
     Classifier,
@@ -152,7 +152,8 @@ Progress = Callable[[float, str], None]
 class PUConfig:
     """Training hyper-parameters.  Defaults: the paper's Table 3 for MNIST (b, π_pre, π_grow,
     T_pre, T_tune, α, γ), §6.1.1 (1,000 epochs for uPU and nnPU), Kiryo et al. (β = 0,
-    nnPU's γ = 1), Adam's learning rate 1e-3 (see :mod:`service.core.pu_models`).  ``oracle_epochs``
+    nnPU's γ = 1), Adam's learning rate 1e-3 (see :mod:`service.core.reidentification.classifiers`).
+     ``oracle_epochs``
     is ours (the paper does not say how long its oracle trained).  growPU's own training
     (the paper gives neither): ``growpu_loss`` ``"logistic"`` (the cross-entropy of the sigmoid
     output, default; ``"sigmoid"``: the sigmoid loss of uPU/nnPU, the earlier reading) and
@@ -315,7 +316,7 @@ class Domain:
 @dataclass(frozen=True)
 class SumRelease:
     """The ε-DP release of one class: the noisy sum of its records and their noisy count, both
-    by the discrete Laplace mechanism on integers (:func:`service.core.noise.discrete_laplace`,
+    by the discrete Laplace mechanism on integers (:func:`service.core.dp.noise.discrete_laplace`,
     ``os.urandom``), for add/remove neighbours (one record more or less in the class).
 
     Each record becomes an integer vector (:meth:`units`): a ``box`` record is clipped to

@@ -1,6 +1,6 @@
 """The CLI's HTTP side: the client of the commands that talk to a running service (``unlock``,
 ``audit reidentify``, ``demo``), the check of its answers, and ``reported_errors``, which
-``service.cli.main`` wraps around every command so that an unreachable or misbehaving server
+``service.cli.entry.main`` wraps around every command so that an unreachable or misbehaving server
 is one line on stderr and an exit status, never a traceback.
 
 Exit statuses: 1 when the server could not be reached or answered with an error (as

@@ -16,7 +16,7 @@ cardinality K over L labels holds, per key and label, on average
     n_t = m·g·N / (K·L)                                    (signal: the expected count)
 
 and every window adds independent noise to every cell; with the table's budget share
-ε_t = ε·w_t/W (``service.core.budget``) the Laplace scale is b_t = k·depth/ε_t (k the
+ε_t = ε·w_t/W (``service.core.dp.budget``) the Laplace scale is b_t = k·depth/ε_t (k the
 observations of a user the noise is calibrated to: max(c, 2) with a user key, c as given
 without), so m windows summed give a noise s.d. of b_t·sqrt(2m). The table's signal-to-noise
 ratio is
@@ -113,13 +113,13 @@ class PlanRequest(Strict):
         default=False,
         description=(
             "the stream will declare a user key: its tables are calibrated to max(c, 2) "
-            "observations of a user (service.core.budget), c = max_contributions_per_window"
+            "observations of a user (service.core.dp.budget), c = max_contributions_per_window"
         ),
     )
 
     @property
     def calibration(self) -> int:
-        """k of ``service.core.budget``: max(c, 2) with a user key, else c (as given)."""
+        """k of ``service.core.dp.budget``: max(c, 2) with a user key, else c (as given)."""
         c = self.max_contributions_per_window
         return max(c, 2) if self.user_key else c
 

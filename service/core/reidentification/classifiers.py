@@ -1,4 +1,5 @@
-"""Small classifiers for the re-identification attacks of :mod:`service.core.pu` (pure numpy).
+"""Small classifiers for the re-identification attacks of
+:mod:`service.core.reidentification.attacks` (pure numpy).
 
 Two decision functions ``g: R^d -> R`` (a record is classified positive when ``g(x) > 0``):
 
@@ -18,7 +19,8 @@ eps = 1e-8``, and the learning rate ``1e-3`` and L2 weight decay ``0.005`` (adde
 gradient, as Chainer's ``WeightDecay`` hook does) of Kiryo et al.'s nnPU code for MNIST.  Without
 the decay the scores of the 784-dimensional MNIST records grow to |g(x)| ~ 30 within a few hundred
 steps and the sigmoid loss saturates.  growPU's supervised steps use the cross-entropy of the
-sigmoid output instead, at a learning rate of 1e-5 (:class:`service.core.pu.PUConfig`).
+sigmoid output instead, at a learning rate of 1e-5
+(:class:`service.core.reidentification.attacks.PUConfig`).
 """
 
 from __future__ import annotations

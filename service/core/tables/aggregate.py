@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 import orjson
 
-from service.core import cells as cell_codec
+from service.core.tables import cells as cell_codec
 
 CHUNK_BYTES = 1 << 21  # 2 MiB of int32 cells per hash field (a multiple of 4)
 

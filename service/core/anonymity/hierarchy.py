@@ -1,5 +1,5 @@
 """Generalisation trees (value generalisation hierarchies) for k-anonymisation by SaNGreeA
-(``service.core.sangreea``).
+(``service.core.anonymity.sangreea``).
 
 A tree is given as JSON ``{"value": "*", "children": [{"value": "Gov", "children": [...]}, ...]}``;
 a node without ``children`` (or with an empty list) is a leaf. Every ``value`` must be unique in

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service import cli_db
 from service.audit import service as audit
-from service.cli_http import checked, http_client
+from service.cli import db as cli_db
+from service.cli.http import checked, http_client
 from service.config import Settings
 from service.db.session import make_sessionmaker
 
@@ -112,7 +112,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> None:
         sys.exit(f"error: {exc}")
     except SQLAlchemyError as exc:
         if cli_db.describe(exc, None) is not None:
-            raise  # the database cannot be used at all: service.cli_db says why
+            raise  # the database cannot be used at all: service.cli.db says why
         sys.exit(f"error: cannot read the audit log ({type(exc).__name__}): is it migrated?")
     if not v.ok:
         where = f"TAMPERED: entry {v.first_bad_seq}" if v.first_bad_seq else "FAILED"
@@ -279,7 +279,7 @@ def cmd_unlock_list(args: argparse.Namespace) -> None:
 
 def register(sub: Any, admin: Any) -> Any:
     """The cold-store commands; returns ``selectivity audit``'s sub-commands (for
-    ``service.cli_audit``)."""
+    ``service.cli.audit``)."""
     ic = admin.add_parser("init-coldstore", help="create the cold-store key; print its shares")
     ic.add_argument("--shares", type=int, default=3)
     ic.add_argument("--threshold", type=int, default=2)

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from service.core import cells as cell_codec
+from service.core.tables import cells as cell_codec
 
 __all__ = [
     "MAX_DEPTH",
@@ -605,7 +605,8 @@ class CountMedianSketch:
         return estimate(self._cells, buckets, signs, self._spec)
 
     def to_bytes(self) -> bytes:
-        """The stored cell encoding (``service.core.cells``) in ``[label][row][bucket]`` order.
+        """The stored cell encoding (``service.core.tables.cells``) in ``[label][row][bucket]``
+        order.
 
         Raises ``ValueError`` if a cell does not fit in int32.
         """

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from service.cli_http import checked, http_client
+from service.cli.http import checked, http_client
 
 ATTACKS = ("growpu", "nnpu", "upu", "kmeans")
 POLL_SECONDS = 0.5

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 from numpy.lib.stride_tricks import sliding_window_view
 
-from service.core.featurize import (
+from service.core.features.columns import (
     MISSING,
     Encoded,
     FeatureSpec,

@@ -6,7 +6,7 @@ Sensitivity (docs/ARCHITECTURE.md, "Privacy"): one observation adds ±1 to ``dep
 every table it is counted in and 1 to one prior cell; with a user key, at most
 ``max_contributions_per_window`` observations of a user are counted per window
 (``within_bound``), the first ones in arrival order, so a user changes at most that many times
-as many cells (``service.core.budget``)."""
+as many cells (``service.core.dp.budget``)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from service.core import cells as cell_codec
-from service.core import hotrows
-from service.core.featurize import Encoded, combine_codes
-from service.core.runtime import StreamRuntime, TableRef
-from service.core.sketch import KeyHasher, SketchSpec, grouped_increments
+from service.core.features import hotrows
+from service.core.features.columns import Encoded, combine_codes
+from service.core.features.runtime import StreamRuntime, TableRef
+from service.core.tables import cells as cell_codec
+from service.core.tables.sketch import KeyHasher, SketchSpec, grouped_increments
 
 # Digests the counting job keeps per stream (``KeyHasher``'s cache, ~200 B a key, so up to
 # ~50 MB for each of the ``HASHER_STREAMS`` streams kept): the same values recur run after run,

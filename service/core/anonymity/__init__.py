@@ -1,0 +1,1 @@
+"""k-anonymised releases: SaNGreeA and generalisation hierarchies."""

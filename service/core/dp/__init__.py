@@ -1,0 +1,1 @@
+"""Differential privacy maths: noise, the budget split, accounting, selection, planning."""

@@ -1,0 +1,1 @@
+"""The re-identification audit: PU attacks on a released class mean and their classifiers."""
