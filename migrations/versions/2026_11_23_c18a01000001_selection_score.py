@@ -1,7 +1,7 @@
 """streams: keep the plug-in selection score for streams created before "aic" (issue 18)
 
 New streams score candidate count-table groups with the penalised gain ``"aic"``
-(service/core/selection.py). A stream created before has no ``privacy.selection_score`` in its
+(service/core/dp/selection.py). A stream created before has no ``privacy.selection_score`` in its
 stored config, and would otherwise switch its picks on upgrade; this revision writes the score
 it was created with, ``"mi"``, into its config.
 

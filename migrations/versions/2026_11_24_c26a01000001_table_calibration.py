@@ -1,7 +1,7 @@
 """streams: record the calibration of the count tables' noise of streams created before max(c, 2)
 
 New user-keyed streams calibrate their count tables to max(c, 2) observations of a user per
-window (``privacy.table_calibration = "max_c_2"``, service/core/budget.py): removing one
+window (``privacy.table_calibration = "max_c_2"``, service/core/dp/budget.py): removing one
 observation can let the user's next one be counted instead, a swap of two. A stream created
 before was calibrated to c; its noise cannot change (the cells are drawn), so this revision
 writes the rule it was created with, ``"c"``, into its config, and the ledger reports what that
