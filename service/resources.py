@@ -279,8 +279,10 @@ async def close(ctx: AppContext) -> None:
     ctx.caches.background.clear()
     for task in tasks:
         task.cancel()
-    if tasks:  # let them unwind while Redis is still open
-        await asyncio.wait(tasks, timeout=5)
+    if tasks:  # let them unwind while Redis is still open (a task cancelled just now did not
+        # count as done for asyncio.wait until its timeout: 5 s of every test's teardown)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:
