@@ -8,8 +8,11 @@ import concurrent.futures.process
 import functools
 import multiprocessing
 import multiprocessing.forkserver
+import os
+import select
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -112,11 +115,26 @@ def start_forkserver() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def _pool_worker_init() -> None:
+def _pool_worker_init(service_pid: int) -> None:
     """A pool worker ignores SIGINT. Ctrl-C sends it to the terminal's whole process group: the
     service stops its pool itself (``stop_process_pool``), and a worker interrupted in its wait
-    for work would print a ``KeyboardInterrupt`` traceback as it dies."""
+    for work would print a ``KeyboardInterrupt`` traceback as it dies.
+
+    It also ends when the service that started it ends, ``kill -9`` included: it holds both ends
+    of its own call queue, so it would never see the service go, and it holds the forkserver's
+    "alive" pipe, so that would stay too. A thread waits on a pidfd of the service (readable
+    once the service has exited, reaped or not) and exits the process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        fd = os.pidfd_open(service_pid)
+    except ProcessLookupError:
+        os._exit(0)
+
+    def exit_with_the_service() -> None:
+        select.select([fd], [], [])
+        os._exit(0)
+
+    threading.Thread(target=exit_with_the_service, name="exit-with-service", daemon=True).start()
 
 
 def _ready() -> None:
@@ -131,6 +149,7 @@ def make_process_pool(workers: int = 1) -> concurrent.futures.ProcessPoolExecuto
         max_workers=workers,
         mp_context=multiprocessing.get_context("forkserver"),
         initializer=_pool_worker_init,
+        initargs=(os.getpid(),),
     )
 
 
