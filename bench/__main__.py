@@ -14,7 +14,6 @@ BENCHES = (
     "seal",
     "anonymization",
     "reidentification",
-    "regime",
     "scale",
     "dp-audit",
 )

@@ -11,7 +11,6 @@ relationship, race, sex, native-country (hierarchies); income is kept."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -60,7 +59,3 @@ def quasi_identifiers() -> list[QuasiIdentifier]:
     return [QuasiIdentifier(r, "range") for r in RANGES] + [
         QuasiIdentifier(c, "hierarchy", trees[c]) for c in CATEGORIES
     ]
-
-
-def hierarchy_paths() -> dict[str, Path]:
-    return {name: HIERARCHIES / f"{name}.json" for name in CATEGORIES}

@@ -1,8 +1,8 @@
-"""``python -m bench anonymization`` (or ``python -m bench.anonymization``): SaNGreeA
-time and NGIL against n on the complete Adult rows at k = 10, ours (``anonymize``) vs the
-exhaustive greedy (``anonymize_exhaustive``, up to ``--exhaustive-max`` rows) vs the authors'
-AnonymizationJS run with node (up to ``--anonjs-max`` rows), on the same rows, weights and
-hierarchies (``examples/adult/hierarchies``, converted to their JSON format).
+"""``python -m bench anonymization``: SaNGreeA time and NGIL against n on the complete Adult
+rows at k = 10, ours (``anonymize``) vs the exhaustive greedy (``anonymize_exhaustive``, up to
+``--exhaustive-max`` rows) vs the authors' AnonymizationJS run with node (up to ``--anonjs-max``
+rows), on the same rows, weights and hierarchies (``examples/adult/hierarchies``, converted to
+their JSON format).
 
 AnonymizationJS is not part of this repository: fetch ``cassinius/AnonymizationJS`` and point
 ``--anonjs-dir`` (or ``ANONYMIZATIONJS_DIR``) at it, and install its dependency

@@ -1,5 +1,0 @@
-import sys
-
-from bench.anonymization import main
-
-main(sys.argv[1:])
