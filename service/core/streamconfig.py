@@ -34,7 +34,15 @@ class FeatureIn(Strict):
         max_length=1000,
         description="numeric only: strictly increasing bucket edges",
     )
-    passthrough: bool = Field(default=False, description="numeric only: also emit the raw value")
+    passthrough: bool = Field(
+        default=False,
+        description=(
+            "also emit the row's raw value as a model feature '<name>:value': a numeric "
+            "feature's as a number, a categorical feature's as its string form (null when "
+            "missing), in featurize and the train set alike. A hot row's raw value, read by "
+            "'model' keys during the hot period (docs/PRIVACY.md); never privacy.user_key"
+        ),
+    )
     of: str | None = Field(
         default=None,
         pattern=FEATURE_PATTERN,
@@ -58,8 +66,6 @@ class FeatureIn(Strict):
         else:
             if self.buckets is not None:
                 raise ValueError(f"categorical feature {self.name!r} takes no 'buckets'")
-            if self.passthrough:
-                raise ValueError(f"categorical feature {self.name!r} cannot be passed through")
         return self
 
 
@@ -196,6 +202,27 @@ class SketchIn(Strict):
 class FeaturizeSettings(Strict):
     alpha: float = Field(default=1.0, ge=0, le=1e6, description="prior pseudo-count")
     backoff_sigmas: float = Field(default=1.0, ge=0, le=100)
+    shrinkage: Literal["pseudo_count", "empirical_bayes"] = Field(
+        default="pseudo_count",
+        description=(
+            "what the '<t>:p:<l>' and '<t>:logodds:<l>' columns hold: 'pseudo_count', the "
+            "counts smoothed by alpha prior pseudo-counts and the prior's below the back-off "
+            "threshold; 'empirical_bayes', each value's log-odds (per label, one against the "
+            "rest) shrunk toward the prior's by its noisy total and the known noise variance "
+            "(service.core.features.shrinkage); post-processing of the noisy tables, no "
+            "privacy cost"
+        ),
+    )
+    eb_variance: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description=(
+            "empirical_bayes: τ², the variance of the values' true log-odds around the "
+            "prior's, for every table and label; null: estimated per table and label from "
+            "the table's noisy cells once per epoch"
+        ),
+    )
 
 
 # Memory bounds: a table is one Redis string of int32 cells (Redis strings hold at most 512 MiB),
@@ -267,6 +294,12 @@ class StreamCreate(Strict):
             raise ValueError(f"releasable: {unknown} are neither features nor 'label'")
         if len(set(self.releasable)) != len(self.releasable):
             raise ValueError("releasable: a name occurs twice")
+        if self.privacy.user_key is not None and any(
+            f.passthrough for f in self.features if f.name == self.privacy.user_key
+        ):
+            raise ValueError(
+                f"features: {self.privacy.user_key!r} is privacy.user_key, never passed through"
+            )
         if self.privacy.user_key is not None and self.privacy.user_key in self.releasable:
             raise ValueError(
                 f"releasable: {self.privacy.user_key!r} is privacy.user_key, never released"
