@@ -230,6 +230,9 @@ class FeaturizeSettings(Strict):
 # cells × 4 B).
 MAX_TABLE_CELLS = 1 << 27
 MAX_WINDOW_CELLS = 1 << 28
+# Table slots a stream reserves for selected groups by default when selection is on (none when
+# it is off: an unused slot would only dilute the budget of the tables that exist).
+SELECTION_SLOTS = 4
 
 
 class StreamCreate(Strict):
@@ -247,7 +250,13 @@ class StreamCreate(Strict):
         default=None,
         ge=2,
         le=1024,
-        description="default: one table per feature + the prior table + 4 for selected groups",
+        description=(
+            "the table slots the noise is calibrated to (fixed at creation). Default: one per "
+            "feature + the prior table, and 4 more for selected groups when "
+            "privacy.epsilon_selection > 0. More than features + 1 with selection off is "
+            "refused: only selection fills a slot, and every slot takes its share of the "
+            "per-window budget"
+        ),
     )
     featurize: FeaturizeSettings = Field(default_factory=FeaturizeSettings)
     retrain_grace_seconds: int = Field(
@@ -305,8 +314,9 @@ class StreamCreate(Strict):
                 f"releasable: {self.privacy.user_key!r} is privacy.user_key, never released"
             )
         needed = len(self.features) + 1
-        if self.max_tables is None:
-            self.max_tables = needed + 4
+        if self.max_tables is None:  # a stored configuration always has its own
+            selecting = self.privacy.epsilon_selection > 0
+            self.max_tables = needed + (SELECTION_SLOTS if selecting else 0)
         elif self.max_tables < needed:
             raise ValueError(
                 f"max_tables must be at least the number of features + 1 (the prior table) "
