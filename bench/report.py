@@ -172,10 +172,13 @@ def write_section(
     command: str,
     path: Path = BENCHMARKS,
     key: str | None = None,
+    write: bool = True,
 ) -> str:
-    """Write one run's section into ``path`` in place of the last run's, and print it."""
+    """Print one run's section and (unless not ``write``) write it into ``path`` in place of
+    the last run's."""
     text = section(title, parts, command=command)
-    document = path.read_text() if path.exists() else "# Benchmarks\n"
-    path.write_text(replace_section(document, key or slug(title), text))
+    if write:
+        document = path.read_text() if path.exists() else "# Benchmarks\n"
+        path.write_text(replace_section(document, key or slug(title), text))
     print(text)
     return text

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import InProcess
-from bench.report import Plot, Table, plot_path, pyplot, section, write_section
+from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service import resources
 from service.config import Settings
 from service.counting import service as counting
@@ -446,7 +446,6 @@ def main(argv: list[str]) -> None:
         + (" --quick" if args.quick else "")
         + (f" --hot-windows {args.hot_windows}" if args.hot_windows != 2 else "")
     )
-    if args.no_report:
-        print(section("Roll time and memory per window", parts, command=command))
-    else:
-        write_section("Roll time and memory per window", parts, command=command)
+    write_section(
+        "Roll time and memory per window", parts, command=command, write=not args.no_report
+    )

@@ -250,10 +250,8 @@ def main(argv: list[str] | None = None) -> None:
         report.Plot("SaNGreeA time and NGIL against n", png),
     ]
     command = " ".join(["python -m bench anonymization", *(argv or [])])
-    if opt.append:
-        report.write_section(f"Anonymization speed (k = {opt.k})", parts, command=command)
-    else:
-        print(report.section(f"Anonymization speed (k = {opt.k})", parts, command=command))
+    title = f"Anonymization speed (k = {opt.k})"
+    report.write_section(title, parts, command=command, write=opt.append)
 
 
 if __name__ == "__main__":

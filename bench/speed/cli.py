@@ -30,12 +30,8 @@ synthetic click log (``service.cli.synthetic``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-
-import orjson
 
 from bench import report
 from bench.speed.batch import bench_featurize
@@ -56,8 +52,6 @@ class Options:
     report: bool  # append the section to BENCHMARKS.md (else print it)
     baselines: bool
     quick: bool = False
-    json: Path | None = None  # write the summary here (for --before of a later run)
-    before: Path | None = None  # a --json of an earlier run: shown as "before optimisation"
     featurize_only: bool = False  # the batch and the latency only (no ingest, no train set)
 
     @property
@@ -89,13 +83,11 @@ def parse(argv: list[str]) -> Options:
     p.add_argument(
         "--no-baselines", action="store_true", help="skip the scikit-learn style baselines"
     )
-    p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
     p.add_argument(
         "--featurize-only",
         action="store_true",
         help="the featurize batch and the HTTP latency only (the count period ingested untimed)",
     )
-    p.add_argument("--before", type=Path, help="a --json file of an earlier run, to compare")
     a = p.parse_args(argv)
     q = a.quick
     return Options(
@@ -108,8 +100,6 @@ def parse(argv: list[str]) -> Options:
         report=not a.no_report,
         baselines=not a.no_baselines,
         quick=q,
-        json=a.json,
-        before=a.before,
         featurize_only=a.featurize_only,
     )
 
@@ -137,13 +127,5 @@ def main(argv: list[str] | None = None) -> None:
         spread = f", {r.spread}" if r.spread else ""
         ratio = f"{r.ratio:.2f}×{spread}"
         say(f"{r.what}: {r.fmt(r.ours)} vs {r.fmt(r.baseline)} = {ratio} ({r.target})")
-    if opt.json:
-        summary = {r.key: dataclasses.asdict(r) for r in rows}
-        opt.json.write_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
-    before = orjson.loads(opt.before.read_text()) if opt.before else None
-    figures = plot(b, h, rows, before, tag="_quick" if opt.quick else "")
-    parts = render(b, h, rows, before) + figures
-    if opt.report:
-        report.write_section("Speed", parts, command=opt.command)
-    else:
-        print(report.section("Speed", parts, command=opt.command))
+    parts = render(b, h, rows) + plot(b, h, rows, tag="_quick" if opt.quick else "")
+    report.write_section("Speed", parts, command=opt.command, write=opt.report)

@@ -16,7 +16,6 @@ def plot(
     b: BatchResult | None,
     h: HttpResult | None,
     rows: list[Row],
-    before: dict[str, dict[str, float]] | None = None,
     *,
     tag: str = "",
 ) -> list[Plot]:
@@ -27,38 +26,16 @@ def plot(
     if targets:
         fig, ax = plt.subplots(figsize=(8, 4.2))
         x = np.arange(len(targets))
-        width = 0.38 if before else 0.6
         bottom = 0.01
-        now_x = x + (width / 2 if before else 0)
-        if before:
-            old = [before.get(r.key, {}).get("ratio", np.nan) for r in targets]
-            ax.bar(
-                x - width / 2,
-                np.subtract(old, bottom),
-                width,
-                bottom=bottom,
-                color="tab:gray",
-                label="before optimisation",
-            )
-            for i, v in enumerate(old):
-                ax.text(
-                    x[i] - width / 2,
-                    np.sqrt(bottom * v),  # mid-bar (log scale): clear of the target lines
-                    f"{v:.2f}×",
-                    ha="center",
-                    va="top",
-                    fontsize=8,
-                    color="white",
-                )
         now = [r.ratio for r in targets]
         colors = ["tab:green" if r.met else "tab:red" for r in targets]
         ax.bar(
-            now_x,
+            x,
             np.subtract(now, bottom),
-            width,
+            0.6,
             bottom=bottom,
             color=colors,
-            label="now (green: target met)",
+            label="green: target met",
         )
         for i, r in enumerate(targets):
             bound = float(r.target.split()[1].rstrip("×"))
@@ -72,8 +49,8 @@ def plot(
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
             )
             ax.text(
-                now_x[i],
-                np.sqrt(bottom * r.ratio),
+                x[i],
+                np.sqrt(bottom * r.ratio),  # mid-bar (log scale): clear of the target lines
                 f"{r.ratio:.2f}×",
                 ha="center",
                 va="top",

@@ -36,7 +36,7 @@ def quantile(xs: list[float], q: float) -> float:
 
 @dataclass
 class Row:
-    key: str  # stable id (for --before)
+    key: str  # stable id
     what: str
     ours: float
     baseline: float
@@ -184,21 +184,13 @@ def latency_rows(h: HttpResult) -> list[Row]:
     return rows
 
 
-def ratios_table(rows: list[Row], before: dict[str, dict[str, float]] | None) -> Table:
-    header = ["measure", "Selectivity", "baseline", "ratio", "target", "met"]
-    if before:
-        header[1:1] = ["before optimisation"]
-
+def ratios_table(rows: list[Row]) -> Table:
     def line(r: Row) -> list[object]:
         met = "—" if not r.target else ("yes" if r.met else "**no**")
         ratio = f"{r.ratio:.2f}×" + (f" ({r.spread})" if r.spread else "")
-        cells: list[object] = [r.what, r.fmt(r.ours), r.fmt(r.baseline), ratio]
-        cells += [r.target or "(info)", met]
-        if before:
-            old = before.get(r.key)
-            cells.insert(1, f"{r.fmt(old['ours'])} ({old['ratio']:.2f}×)" if old else "")
-        return cells
+        return [r.what, r.fmt(r.ours), r.fmt(r.baseline), ratio, r.target or "(info)", met]
 
+    header = ["measure", "Selectivity", "baseline", "ratio", "target", "met"]
     return Table(header, [line(r) for r in rows])
 
 
@@ -318,13 +310,8 @@ def profile_tables(batch: int) -> list[Table]:
     ]
 
 
-def render(
-    b: BatchResult | None,
-    h: HttpResult | None,
-    rows: list[Row],
-    before: dict[str, dict[str, float]] | None,
-) -> list[Table]:
-    parts = [ratios_table(rows, before)]
+def render(b: BatchResult | None, h: HttpResult | None, rows: list[Row]) -> list[Table]:
+    parts = [ratios_table(rows)]
     if b is not None:
         parts.append(batch_table(b))
     if h is not None and h.ingest:

@@ -56,3 +56,10 @@ def test_benchmarks_md_is_one_section_per_benchmark_under_a_headline_screen() ->
     for key in keys:
         assert text.count(f"<!-- /bench:{key} -->") == 1, key
     assert slug("Speed") in keys
+
+
+def test_write_false_prints_the_section_and_leaves_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "BENCHMARKS.md"
+    target.write_text("# Benchmarks\n")
+    text = write_section("Thing", [Table(["v"], [[1]])], command="c", path=target, write=False)
+    assert "## Thing" in text and target.read_text() == "# Benchmarks\n"
