@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 
 from service.context import AppContext
-from service.core.dp.budget import budget_split, noise_for
+from service.core.dp.budget import budget_split, noise_for, unused_slots
 from service.core.features.columns import table_name
 from service.core.streamconfig import StreamCreate
 from service.db.models import CountTable, Stream
@@ -41,6 +41,9 @@ MAX_NOISE_SCALE = 1e7
 def _check(ctx: AppContext, stream_in: StreamCreate) -> None:
     if ctx.settings.env == "production" and stream_in.privacy.mechanism == "none":
         raise ValidationError("privacy.mechanism 'none' is refused in production")
+    wasted = unused_slots(stream_in)  # at creation only: a stored configuration keeps its own
+    if wasted:
+        raise ValidationError(wasted)
     noise = noise_for(stream_in)
     largest = max(budget_split(stream_in), key=lambda row: row["noise_scale"])
     if largest["noise_scale"] > MAX_NOISE_SCALE:

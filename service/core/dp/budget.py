@@ -48,6 +48,16 @@ and the tables together, by basic composition of ε (and additivity of ρ, Bun &
 Lemma 2.3), are ε-DP (ρ-zCDP) per window: Σ_s ε_s = ε whatever the weights. With every weight
 1, b_s = Δ1/ε and σ_s = Δ2/sqrt(2ρ): the uniform noise above. In terms of the uniform scale,
 b_s = b·f_s and σ_s = σ·sqrt(f_s) with f_s = (W/T)/w_s.
+
+Slots for selected groups. Only count-table selection fills a slot beyond the features' tables
+and the prior table, and a slot takes its share 1/W of the budget whether it is filled or not:
+b_s = k·depth·W/(ε·w_s) grows with W. So a stream reserves none unless selection is on
+(``privacy.epsilon_selection`` > 0: ``max_tables`` defaults to features + 1 + 4, else features
++ 1), and a new stream that asks for more than features + 1 with selection off is refused
+(``unused_slots``): its configuration is fixed at creation, so those slots could never be
+filled. S reserved slots raise every existing table's Laplace scale by (W + S)/W and its
+Gaussian σ by sqrt((W + S)/W) (``slot_cost``). A stored configuration keeps its ``max_tables``
+and so its noise, which was drawn with it.
 """
 
 from __future__ import annotations
@@ -94,10 +104,44 @@ class Noise:
 def total_weight(cfg: StreamCreate) -> float:
     """W = Σ of the T slots' weights: each feature's table (``table_weights``, default 1), the
     prior table (``prior_weight``) and the slots left for selected groups (1 each)."""
-    assert cfg.max_tables is not None
     p = cfg.privacy
     features = sum(p.table_weights.get(f.name, 1.0) for f in cfg.features)
-    return features + p.prior_weight + (cfg.max_tables - len(cfg.features) - 1)
+    return features + p.prior_weight + free_slots(cfg)
+
+
+def free_slots(cfg: StreamCreate) -> int:
+    """The slots beyond the features' tables and the prior table: for selected groups."""
+    assert cfg.max_tables is not None
+    return cfg.max_tables - len(cfg.features) - 1
+
+
+def unused_slots(cfg: StreamCreate) -> str | None:
+    """Why a new stream's ``max_tables`` reserves slots nothing can fill (selection off), or
+    None. Each would take a share of the per-window budget and so raise every table's noise
+    for good (the configuration is fixed at creation)."""
+    free = free_slots(cfg)
+    if free <= 0 or cfg.privacy.epsilon_selection > 0:
+        return None
+    needed = len(cfg.features) + 1
+    assert cfg.max_tables is not None
+    grow = slot_cost(total_weight(cfg) - free, free)
+    return (
+        f"max_tables: {cfg.max_tables} is more than features + 1 (the prior table) = {needed} "
+        f"while privacy.epsilon_selection is 0: only selection fills the {free} extra "
+        f"slot{'s' if free > 1 else ''}, which would take {free / total_weight(cfg):.0%} of "
+        f"the per-window budget and raise every table's noise scale ×{grow['laplace']:.3g} "
+        f"(laplace; gaussian ×{grow['gaussian']:.3g}); omit max_tables, set it to {needed}, "
+        "or turn selection on"
+    )
+
+
+def slot_cost(weight: float, slots: int) -> dict[str, float]:
+    """What ``slots`` slots of weight 1 cost the tables of total weight ``weight`` (W without
+    them): each slot's ``share`` 1/(W + S) of the per-window budget, and the factor by which
+    every existing table's noise grows, ``laplace`` (W + S)/W and ``gaussian`` its square
+    root (b_s ∝ W, σ_s ∝ sqrt(W): module docstring)."""
+    grown = (weight + slots) / weight
+    return {"share": 1.0 / (weight + slots), "laplace": grown, "gaussian": math.sqrt(grown)}
 
 
 def calibration_multiple(cfg: StreamCreate) -> int:
@@ -175,7 +219,7 @@ def budget_split(cfg: StreamCreate) -> list[dict[str, Any]]:
     for f in cfg.features:
         row(f.name, p.table_weights.get(f.name, 1.0))
     row("(prior)", p.prior_weight)
-    free = cfg.max_tables - len(cfg.features) - 1
+    free = free_slots(cfg)
     if free:
         row("(selected groups)", 1.0, free)
     return rows
