@@ -56,17 +56,27 @@ def _rows(x: Any, sl: slice) -> Any:
 
 
 def fit_predict(
-    x_train: Any, y_train: np.ndarray, x_test: Any, training: Training = DEFAULT
+    x_train: Any,
+    y_train: np.ndarray,
+    x_test: Any,
+    training: Training = DEFAULT,
+    *,
+    weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Fit on time-ordered training rows, predict the test rows: the mean prediction over the
-    seeds, and the mean number of rounds."""
+    seeds, and the mean number of rounds. ``weight``: one per training row (default 1)."""
     n = len(y_train)
     n_fit = n - max(int(n * training.valid_share), 1)
     preds, rounds = [], []
     for seed in training.seeds:
         params = {**dict(training.params), "seed": seed}
-        fit = lgb.Dataset(_rows(x_train, slice(0, n_fit)), y_train[:n_fit], free_raw_data=False)
-        valid = lgb.Dataset(_rows(x_train, slice(n_fit, n)), y_train[n_fit:], reference=fit)
+        w_fit, w_valid = (None, None) if weight is None else (weight[:n_fit], weight[n_fit:])
+        fit = lgb.Dataset(
+            _rows(x_train, slice(0, n_fit)), y_train[:n_fit], weight=w_fit, free_raw_data=False
+        )
+        valid = lgb.Dataset(
+            _rows(x_train, slice(n_fit, n)), y_train[n_fit:], weight=w_valid, reference=fit
+        )
         probe = lgb.train(
             params,
             fit,
@@ -75,7 +85,8 @@ def fit_predict(
             callbacks=[lgb.early_stopping(training.patience, verbose=False)],
         )
         rounds.append(max(int(probe.best_iteration or training.max_rounds), 1))
-        model = lgb.train(params, lgb.Dataset(x_train, y_train), num_boost_round=rounds[-1])
+        full = lgb.Dataset(x_train, y_train, weight=weight)
+        model = lgb.train(params, full, num_boost_round=rounds[-1])
         preds.append(np.asarray(model.predict(x_test), dtype=np.float64))
     return np.mean(preds, axis=0), round(statistics.mean(rounds))
 
