@@ -11,6 +11,7 @@ BENCHES = (
     "speed",
     "roll",
     "selection",
+    "selection-acs",
     "seal",
     "anonymization",
     "reidentification",

@@ -276,7 +276,16 @@ def cmd_privacy_kanon(args: argparse.Namespace) -> None:
 
 
 # roll also measures memory per window
-BENCHES = ("accuracy", "speed", "roll", "selection", "seal", "scale", "dp-audit")
+BENCHES = (
+    "accuracy",
+    "speed",
+    "roll",
+    "selection",
+    "selection-acs",
+    "seal",
+    "scale",
+    "dp-audit",
+)
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
