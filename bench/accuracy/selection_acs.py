@@ -299,6 +299,66 @@ def exact_scores(t: AcsTables, epoch: int, arm: Arm) -> list[tuple[Group, float]
     return sorted(((c.group, w * c.gain) for c in cands), key=lambda x: -x[1])
 
 
+def interaction_score(a: np.ndarray, b: np.ndarray, y: np.ndarray, n_labels: int = 2) -> float:
+    """What a pair table adds to a model that has both single tables: the per-record log-
+    likelihood gain of ``P(Y | A, B)`` over the no-three-way-interaction log-linear model
+    ``[AB][AY][BY]`` (fitted by iterative proportional fitting), less Akaike's penalty for the
+    interaction's free parameters ``(L − 1)(K_AB − K_A − K_B + 1)``, ``K`` occupied cells. A
+    diagnosis on public data only: its sensitivity is not derived, the service does not use it."""
+    a = np.unique(a, return_inverse=True)[1].reshape(-1)
+    b = np.unique(b, return_inverse=True)[1].reshape(-1)
+    ka, kb, n = int(a.max()) + 1, int(b.max()) + 1, len(y)
+    c = np.bincount((a * kb + b) * n_labels + y, minlength=ka * kb * n_labels)
+    c = c.reshape(ka, kb, n_labels).astype(np.float64)
+    m = np.full_like(c, n / c.size)
+    for _ in range(200):
+        previous = m.copy()
+        for axis in (2, 1, 0):
+            target, now = c.sum(axis, keepdims=True), m.sum(axis, keepdims=True)
+            m *= np.divide(target, now, out=np.zeros_like(target), where=now > 0)
+        if np.abs(m - previous).max() < 1e-6:
+            break
+    nz = c > 0
+    gain = float((c[nz] * np.log(c[nz] / m[nz])).sum()) / n
+    k_ab = int((c.sum(2) > 0).sum())
+    k_a, k_b = int((c.sum((1, 2)) > 0).sum()), int((c.sum((0, 2)) > 0).sum())
+    return gain - (n_labels - 1) * (k_ab - k_a - k_b + 1) / n
+
+
+def score_agreement(
+    t: AcsTables, ranked: list[tuple[str, float, list[float]]], windows: tuple[int, int]
+) -> list[list[object]]:
+    """Per score, on the rows of ``windows`` (first, last): Spearman's ρ with the oracle's mean
+    gain over the pairs, and the oracle rank of the score's best three pairs."""
+    from scipy.stats import spearmanr
+
+    sl = t.rows(*windows)
+    y = t.labels[sl]
+    cols = {f: t.encoded((f,)).codes[sl] for f in t.names}
+    singles = [(f,) for f in t.names]
+    found: dict[str, dict[str, float]] = {}
+    for score in ("aic", "mi"):
+        cands = score_candidates(columns=cols, labels=y, n_labels=2, tables=singles, score=score)
+        found[score] = {"+".join(c.group): c.gain for c in cands}
+    found["interaction (diagnosis)"] = {
+        "+".join(g): interaction_score(cols[g[0]], cols[g[1]], y)
+        for g in itertools.combinations(sorted(t.names), 2)
+    }
+    rank = {_norm(p): i + 1 for i, (p, _, _) in enumerate(ranked)}
+    gain = {_norm(p): g for p, g, _ in ranked}
+    out: list[list[object]] = []
+    for score, by in found.items():
+        pairs = sorted(by, key=lambda q: -by[q])
+        rho = spearmanr([by[q] for q in pairs], [gain[_norm(q)] for q in pairs]).statistic
+        best = ", ".join(f"{q} (#{rank[_norm(q)]})" for q in pairs[:3])
+        out.append([score, f"{rho:+.2f}", best])
+    return out
+
+
+def _norm(pair: str) -> str:
+    return "+".join(sorted(pair.split("+")))
+
+
 def load(quick: bool) -> AcsTables:
     s = acs.load()
     step = 8 if quick else 1
@@ -421,6 +481,20 @@ def _mean_se(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} ± {se:.4f}"
 
 
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    def value(v: str) -> Any:
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return v
+
+    with path.open() as f:
+        return [{k: v if k in ("pair", "groups") else value(v) for k, v in r.items()} for r in
+                csv.DictReader(f)]  # fmt: skip
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
@@ -435,6 +509,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draws", type=int, default=3, help="noise draws of selection and tables")
     p.add_argument("--top", type=int, default=1, help="the oracle's best pairs as a fixed arm")
     p.add_argument("--out", type=Path, help="write the section here instead of BENCHMARKS.md")
+    p.add_argument(
+        "--from-csv",
+        action="store_true",
+        help="report the CSVs of an earlier run (beside --out, else in bench/results)",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.draws <= 20 or not 0 <= args.top <= FREE_SLOTS:
         p.error(f"--draws must be in [1, 20] and --top in [0, {FREE_SLOTS}]")
@@ -445,15 +524,22 @@ def main(argv: list[str] | None = None) -> None:
     say(f"ACS: {len(t.y):,} rows, {len(t.names)} features, windows of ~{t.starts[1]:,} rows")
     results = RESULTS if args.out is None else args.out.parent
     tag = "selection_acs" + ("_quick" if args.quick else "")
-    orc = oracle(t, splits, say)
-    _write_csv(results / f"{tag}_oracle.csv", orc)
+    if args.from_csv:
+        orc = _read_csv(results / f"{tag}_oracle.csv")
+        sel = _read_csv(results / f"{tag}_selection.csv")
+        args.draws = len({r["draw"] for r in sel})
+    else:
+        orc = oracle(t, splits, say)
+        _write_csv(results / f"{tag}_oracle.csv", orc)
     ranked = ranking(orc)
-    top = [tuple(p.split("+")) for p, _, _ in ranked[: args.top]]
-    sel = selection(t, splits, args.draws, ARMS, top, say)
-    _write_csv(results / f"{tag}_selection.csv", sel)
+    if not args.from_csv:
+        top = [tuple(p.split("+")) for p, _, _ in ranked[: args.top]]
+        sel = selection(t, splits, args.draws, ARMS, top, say)
+        _write_csv(results / f"{tag}_selection.csv", sel)
     scores = exact_scores(t, ROUND_EPOCHS[0], ARMS["default"])
+    agreement = score_agreement(t, ranked, (1, ROUND_EPOCHS[-1] - HOT_WINDOWS))
     minutes = (time.perf_counter() - t0) / 60
-    parts = report(t, splits, orc, ranked, sel, scores, args, minutes, tag)
+    parts = report(t, splits, orc, ranked, sel, scores, agreement, args, minutes, tag)
     command = "selectivity bench selection-acs" + (" --quick" if args.quick else "")
     command += f" --draws {args.draws}" + (f" --top {args.top}" if args.top != 1 else "")
     title = "DP count-table selection (ACS employment)"
@@ -470,6 +556,7 @@ def report(
     ranked: list[tuple[str, float, list[float]]],
     sel: list[dict[str, Any]],
     scores: list[tuple[Group, float]],
+    agreement: list[list[object]],
     args: argparse.Namespace,
     minutes: float,
     tag: str,
@@ -558,21 +645,23 @@ def report(
             [
                 d + 1,
                 *(
-                    next(
-                        (
-                            r["groups"]
-                            for r in sel
-                            if r["draw"] == d and r["arm"] == a and r["timing"] == "held"
+                    _ranked_picks(
+                        next(
+                            (
+                                r["groups"]
+                                for r in sel
+                                if r["draw"] == d and r["arm"] == a and r["timing"] == "held"
+                            ),
+                            "",
                         ),
-                        "",
+                        ranked,
                     )
-                    or "(none)"
                     for a in ARMS
                 ),
             ]
             for d in range(args.draws)
         ],
-        "Picks (round epoch)",
+        "Picks (round epoch, #oracle rank of the pair)",
     )
     arm = ARMS["default"]
     beta = 2 * _sensitivity(arm) / arm.epsilon
@@ -589,7 +678,28 @@ def report(
         ],  # fmt: skip
         "What a round weighs",
     )
-    return [setup, oracle_tab, sel_tab, picks, diag]
+    agree = Table(
+        [
+            "score (windows 1 … 4, the rows the rounds read)",
+            "Spearman ρ with the oracle's gain",
+            "its best three pairs (#oracle rank)",
+        ],  # fmt: skip
+        agreement,
+        "Which score ranks the pairs as the oracle does",
+    )
+    return [setup, oracle_tab, sel_tab, picks, diag, agree]
+
+
+def _ranked_picks(groups: str, ranked: list[tuple[str, float, list[float]]]) -> str:
+    """``A+B (e2), C+D (e3)`` with each pair's oracle rank: ``A+B (e2, #5), …``."""
+    if not groups or groups == "(none)":
+        return "(none)"
+    rank = {_norm(p): i + 1 for i, (p, _, _) in enumerate(ranked)}
+    out = []
+    for item in groups.split(", "):
+        pair, _, epoch = item.partition(" (")
+        out.append(f"{pair} ({epoch.rstrip(')')}, #{rank.get(_norm(pair), '?')})")
+    return ", ".join(out)
 
 
 def _sensitivity(arm: Arm) -> float:
