@@ -18,10 +18,10 @@ async def test_create_stream_documents_defaults_and_sensitivity(api: Api) -> Non
     assert s["retention_windows"] == 30
     assert s["privacy"]["mechanism"] == "laplace" and s["privacy"]["epsilon"] == 1.0
     assert s["sketch"] == {"width": 16384, "depth": 5}
-    assert s["max_tables"] == 1 + 1 + 4
+    assert s["max_tables"] == 1 + 1  # selection off: no slot for selected groups
     # Δ1 = T·depth, b = Δ1/ε
-    assert s["l1_sensitivity"] == 6 * 5
-    assert s["noise_scale"] == pytest.approx(30.0)
+    assert s["l1_sensitivity"] == 2 * 5
+    assert s["noise_scale"] == pytest.approx(10.0)
     assert s["epoch"] == 1
     assert [t["name"] for t in s["tables"]] == ["a"]
 

@@ -38,7 +38,7 @@ async def test_at_most_c_observations_per_user_and_window_are_counted(api: Api) 
     )
     r = await api.post("/v1/streams", json=body)
     assert r.status_code == 201
-    assert r.json()["l1_sensitivity"] == 2 * 8 * 3  # c · T · depth
+    assert r.json()["l1_sensitivity"] == 2 * 4 * 3  # c · T · depth, T = 3 features + prior
 
     await ingest(api, name, [obs("u1", "x", 20, "1")] * 5 + [obs("u2", "x", 20, "0")])
     await ingest(api, name, [obs("u1", "y", 20, "0")] * 2 + [obs("u2", "y", 20, "0")])

@@ -82,8 +82,9 @@ async def test_gaussian_per_observation_and_per_user(api: Api) -> None:
     )
     obs = led["observation"]
     (tables,) = obs["parts"]
-    assert tables["parameters"]["l2_sensitivity"] == pytest.approx(2 * math.sqrt(8 * 3))
-    assert tables["parameters"]["noise_scale"] == pytest.approx(2 * math.sqrt(24) / math.sqrt(0.4))
+    # selection off: T = 3 features + prior = 4, depth 3
+    assert tables["parameters"]["l2_sensitivity"] == pytest.approx(2 * math.sqrt(4 * 3))
+    assert tables["parameters"]["noise_scale"] == pytest.approx(2 * math.sqrt(12) / math.sqrt(0.4))
     assert tables["rho"] == pytest.approx(0.2)
     assert obs["epsilon"] == pytest.approx(cks_eps(0.2, 1e-8), rel=1e-4)
     assert obs["epsilon"] <= 0.2 + 2 * math.sqrt(0.2 * math.log(1e8))  # Bun-Steinke bound
@@ -107,9 +108,10 @@ async def test_a_weighted_budget_split_is_recomputed_and_sums_to_the_budget(
     api: Api, mechanism: str
 ) -> None:
     """``table_weights``: table s gets the share w_s/W of the window's budget, W over all
-    max_tables slots (features' tables, the prior, the free slots at weight 1); its noise is the
-    mechanism's for one table (L1 c·depth, L2 c·sqrt(depth)) at that share. The shares add up
-    to the stream's ε (ρ), which the ledger still reports per window."""
+    max_tables slots (features' tables, the prior, the free slots at weight 1: selection is on
+    here, so 4 are reserved); its noise is the mechanism's for one table (L1 c·depth, L2
+    c·sqrt(depth)) at that share. The shares add up to the stream's ε (ρ), which the ledger
+    still reports per window."""
     budget = {"epsilon": 2.0} if mechanism == "laplace" else {"rho": 0.8}
     privacy = {
         "mechanism": mechanism,
@@ -118,6 +120,7 @@ async def test_a_weighted_budget_split_is_recomputed_and_sums_to_the_budget(
         "prior_weight": 0.5,
         "user_key": "user",
         "max_contributions_per_window": 2,
+        "epsilon_selection": 0.1,
     }
     led = await _ledger(api, privacy=privacy)
     params = led["observation"]["parts"][0]["parameters"]

@@ -61,40 +61,40 @@ async def test_fresh_laplace_cells_follow_the_exact_pmf_at_scale_delta_over_epsi
     api: Api,
 ) -> None:
     cells, scale = await _fresh_cells(api, {"mechanism": "laplace", "epsilon": 2.0})
-    # Δ1 = T·depth = (3 features + prior + 4) · 3 = 24; b = Δ1/ε = 12
-    assert scale == pytest.approx(12.0)
+    # Δ1 = T·depth = (3 features + prior) · 3 = 12 (selection off: no slot); b = Δ1/ε = 6
+    assert scale == pytest.approx(6.0)
     assert cells.size == 3 * 2 * 3 * 2048
     # false-failure rate of this check: 1e-6 (the noise is fresh CSPRNG output each run)
     assert _chi_square_p(cells, lambda x: discrete_laplace_pmf(x, scale=scale)) > 1e-6
-    # and not some other scale: b = 8 or 18 must be rejected
-    for wrong in (8.0, 18.0):
+    # and not some other scale: b = 4 or 9, or 12 (4 unused slots, T = 8), must be rejected
+    for wrong in (4.0, 9.0, 12.0):
         assert _chi_square_p(cells, lambda x, w=wrong: discrete_laplace_pmf(x, scale=w)) < 1e-6
 
 
 async def test_fresh_gaussian_cells_follow_the_exact_pmf(api: Api) -> None:
     cells, sigma = await _fresh_cells(api, {"mechanism": "gaussian", "rho": 0.5})
-    # Δ2 = sqrt(T·depth) = sqrt(24); σ = Δ2/sqrt(2ρ) = sqrt(24)
-    assert sigma == pytest.approx(np.sqrt(24.0))
+    # Δ2 = sqrt(T·depth) = sqrt(12); σ = Δ2/sqrt(2ρ) = sqrt(12) (sqrt(24) with 4 unused slots)
+    assert sigma == pytest.approx(np.sqrt(12.0))
     assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma)) > 1e-6
     assert _chi_square_p(cells, lambda x: discrete_gaussian_pmf(x, sigma=sigma * 1.3)) < 1e-6
 
 
 async def test_weighted_tables_get_the_noise_of_their_share_of_the_budget(api: Api) -> None:
     """With ``table_weights``, each table's fresh cells follow the exact pmf at its own scale,
-    b_s = depth/ε_s with ε_s = ε·w_s/W (W over the 8 slots: user 1, item 6, age 0.5, the prior
-    1, 4 free slots 1 each: W = 12.5), and not at the uniform scale Δ1/ε."""
+    b_s = depth/ε_s with ε_s = ε·w_s/W (W over the 4 slots: user 1, item 6, age 0.5, the prior
+    1: W = 8.5), and not at the uniform scale Δ1/ε."""
     privacy = {"mechanism": "laplace", "epsilon": 2.0, "table_weights": {"item": 6, "age": 0.5}}
     tables, stream = await _fresh_tables(api, privacy)
-    uniform = 24 / 2.0  # Δ1/ε
+    uniform = 12 / 2.0  # Δ1/ε
     assert set(tables) == {"user", "item", "age"}
     for name, cells in tables.items():
         w = {"user": 1.0, "item": 6.0, "age": 0.5}[name]
-        scale = 3 / (2.0 * w / 12.5)  # depth / ε_s
+        scale = 3 / (2.0 * w / 8.5)  # depth / ε_s
         # false-failure rate of each check: 1e-6 (fresh CSPRNG output each run)
         assert _chi_square_p(cells, lambda x, b=scale: discrete_laplace_pmf(x, scale=b)) > 1e-6
         assert _chi_square_p(cells, lambda x: discrete_laplace_pmf(x, scale=uniform)) < 1e-6
     by_name = {row["table"]: row for row in stream["budget"]}
-    assert by_name["item"]["noise_scale"] == pytest.approx(3 / (2.0 * 6 / 12.5))
+    assert by_name["item"]["noise_scale"] == pytest.approx(3 / (2.0 * 6 / 8.5))
 
 
 def test_window_noise_uses_the_os_csprng_and_no_seeded_prng(
