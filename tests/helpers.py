@@ -24,6 +24,12 @@ from service.streams import service as streams
 from tests.conftest import Api, unique
 
 
+def producer_scope(api: Api, role: str = "producer") -> str:
+    """The Idempotency-Key scope of the key ``api`` holds for ``role`` (its actor: the key's id,
+    ``sk_<id>_<secret>``, when none was named)."""
+    return ingest_service.key_scope(actor=api.keys[role].split("_")[1])
+
+
 def stream_body(name: str, **over: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": name,

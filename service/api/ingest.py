@@ -32,7 +32,7 @@ async def ingest(
     body: IngestIn,
     request: Request,
     ctx: CtxDep,
-    _: ProducerKey,
+    producer: ProducerKey,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -47,13 +47,18 @@ async def ingest(
 ) -> IngestOut:
     """Accept a batch of observations (at most ``SELECTIVITY_MAX_BATCH`` rows, 10,000 by
     default) into the open window: 202 ``{"accepted", "window"}`` once they are stored; the
-    worker counts them into the window's tables soon after. With an ``Idempotency-Key`` header,
-    a retry of the same body is answered as the first time and counted once, for
+    worker counts them into the window's tables soon after. With an ``Idempotency-Key`` header
+    (the producer's own: the same key from another producer is another batch), a retry of the
+    same body is answered as the first time and counted once, for
     ``SELECTIVITY_IDEMPOTENCY_TTL_SECONDS`` (7 days) whatever the rolls; a stream remembers at
     most ``SELECTIVITY_IDEMPOTENCY_MAX_KEYS`` keys (a new key beyond them: 429)."""
     service.check_integers(await request.body())  # read already: the parsed body's bytes
     out, replayed = await service.ingest(
-        ctx=ctx, name=stream, body=body, idempotency_key=idempotency_key
+        ctx=ctx,
+        name=stream,
+        body=body,
+        idempotency_key=idempotency_key,
+        scope=service.key_scope(actor=producer.actor or producer.key_id),
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

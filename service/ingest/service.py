@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -110,12 +111,30 @@ def batch_fingerprint(rows: list[bytes], secret: bytes, token: str = "") -> str:
     return digest.hexdigest()
 
 
-def key_token(idempotency_key: str, secret: bytes) -> str:
+def key_token(idempotency_key: str, secret: bytes, scope: str = "") -> str:
     """The Idempotency-Key as stored (a field name in Redis): BLAKE2b keyed like the
-    fingerprint, so the client's key is not in Redis either."""
-    return hashlib.blake2b(
-        idempotency_key.encode(), key=secret[:64], person=b"selectivity-idk", digest_size=16
-    ).hexdigest()
+    fingerprint, so the client's key is not in Redis either.
+
+    ``scope`` is whose key it is (``key_scope``): the same key sent by two producers names two
+    batches, so one producer can neither confirm a guess of another's batch by replaying it
+    under that producer's key (a replay answers 200 with the first response, another body 422)
+    nor make another's batch refused by using its key first. '' is the unscoped token of
+    records made before keys were scoped: looked up for their remaining TTL, never written."""
+    digest = hashlib.blake2b(key=secret[:64], person=b"selectivity-idk", digest_size=16)
+    if scope:
+        raw = scope.encode()
+        digest.update(b"scope:%d:%s:" % (len(raw), raw))
+    digest.update(idempotency_key.encode())
+    return digest.hexdigest()
+
+
+def key_scope(*, actor: str | None = None, internal: str | None = None) -> str:
+    """The scope of an Idempotency-Key: ``actor`` the producer's (``Principal.actor``: keys of one
+    actor share it, so a retry survives the rotation of its API key), ``internal`` one of the
+    service's own writers (the labels of an annotation queue), in a name space no actor reaches."""
+    if (actor is None) == (internal is None):
+        raise ValueError("key_scope: exactly one of actor and internal")
+    return f"actor:{actor}" if actor is not None else f"service:{internal}"
 
 
 def legacy_fingerprint(rows: list[bytes]) -> str:
@@ -175,14 +194,20 @@ def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:
 
 
 async def ingest(
-    *, ctx: AppContext, name: str, body: IngestIn, idempotency_key: str | None
+    *,
+    ctx: AppContext,
+    name: str,
+    body: IngestIn,
+    idempotency_key: str | None,
+    scope: str = "",
 ) -> tuple[IngestOut, bool]:
     """Accept a batch into the open window; returns (response, replayed). A batch whose window
     closes under it is accepted into the next window; a retried batch (same Idempotency-Key and
     body) is accepted once and answered with the first response for
     ``idempotency_ttl_seconds`` after the key's first request, whatever the rolls, and a key
     reused with another batch is refused (422, the new rows not accepted). The counting job
-    (``service.counting.service.count_window``) counts accepted rows into the window's tables."""
+    (``service.counting.service.count_window``) counts accepted rows into the window's tables.
+    ``scope`` (``key_scope``) is whose Idempotency-Key it is; required with a key."""
     rt = await streams.runtime(ctx=ctx, name=name)
     validate(ctx, rt, body)
     await require_coldstore_key(ctx)
@@ -190,7 +215,17 @@ async def ingest(
     out = IngestOut(accepted=len(rows), window=0)
     if idempotency_key is None:
         return await _accept_unkeyed(ctx, name, rows, out), False
-    token = key_token(idempotency_key, rt.hash_seed)
+    if not scope:
+        raise ValueError("ingest: an Idempotency-Key needs its scope (key_scope)")
+    store = ctx.stores.ingest
+    token = key_token(idempotency_key, rt.hash_seed, scope)
+    old = key_token(idempotency_key, rt.hash_seed)
+    before: tuple[str, Callable[[], str]] | None = None
+    if await store.pointed(stream=name, token=old):
+        # first sent before tokens were scoped: on its record for the rest of its TTL
+        token = old
+    else:  # a record made before pointers and scopes, in a hot window
+        before = (old, lambda: batch_fingerprint(rows, rt.hash_seed, old))
     fingerprint = batch_fingerprint(rows, rt.hash_seed, token)
     # records written before keyed fingerprints: looked up, never written
     legacy_token = hashlib.sha256(idempotency_key.encode()).hexdigest()
@@ -201,7 +236,6 @@ async def ingest(
     def unbound() -> str:  # records made before fingerprints were bound to the key
         return batch_fingerprint(rows, rt.hash_seed)
 
-    store = ctx.stores.ingest
     ttl = ctx.settings.idempotency_ttl_seconds
     # A batch accepted before keys had a stream-level pointer is found in its window's record,
     # kept while the window is hot: with two or more hot windows, a key without a pointer is
@@ -221,6 +255,7 @@ async def ingest(
             fingerprint=fingerprint,
             unbound=unbound,
             legacy=legacy,
+            unscoped=before,
         )
         if replay is not None:
             return _replayed(*replay)
@@ -242,6 +277,7 @@ async def ingest(
             rows=rows,
             response=out.model_dump_json().encode(),
             ttl=ttl,
+            unscoped=before,
         )
         if status == "ok":
             ctx.caches.open_epochs[name] = epoch

@@ -14,8 +14,10 @@
 -- KEYS[1] meta hash, KEYS[2] the window's idem hash, KEYS[3] hot stream, KEYS[4] the batch's
 -- key as written before keyed fingerprints (read only).
 -- ARGV[1] keyed token ('' for a batch without a key), ARGV[2] fingerprint .. response to
--- store, ARGV[3] the record's life in seconds, ARGV[4..] the raw rows (JSON).
--- Returns {'closed'} | {'dup', stored_value} | {'legacy', stored_value} | {'ok'}.
+-- store, ARGV[3] the record's life in seconds, ARGV[4] the key's token as written before
+-- tokens were scoped to their producer ('' for none; read only), ARGV[5..] the raw rows (JSON).
+-- Returns {'closed'} | {'dup', stored_value} | {'unscoped', stored_value} |
+-- {'legacy', stored_value} | {'ok'}.
 local keyed = ARGV[1] ~= ''
 if keyed then
   local prev = redis.call('HGET', KEYS[2], ARGV[1])
@@ -26,6 +28,15 @@ if keyed then
     end
     return {'dup', prev}
   end
+  if ARGV[4] ~= '' then
+    local unscoped = redis.call('HGET', KEYS[2], ARGV[4])
+    if unscoped then
+      if redis.call('TTL', KEYS[2]) == -1 then
+        redis.call('EXPIRE', KEYS[2], ARGV[3])
+      end
+      return {'unscoped', unscoped}
+    end
+  end
   local old = redis.call('GET', KEYS[4])
   if old then
     return {'legacy', old}
@@ -34,7 +45,7 @@ end
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return {'closed'}
 end
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   redis.call('XADD', KEYS[3], '*', 'd', ARGV[i])
 end
 if keyed then

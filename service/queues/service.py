@@ -684,6 +684,7 @@ async def _commit_label(
             name=rt.stream,
             body=IngestIn(observations=[ObservationIn(id=task_id, features=record, label=label)]),
             idempotency_key=f"annotation:{rt.name}:{task_id}",
+            scope=ingest.key_scope(internal="annotation"),
         )
         window = out.window
     with _sql_errors_without_values(f"labelling task {task_id!r}"):

@@ -52,6 +52,10 @@ class IngestStore:
         self._ingest = redis.register_script(source("ingest"))
         self._claim = redis.register_script(source("idem_claim"))
 
+    async def pointed(self, *, stream: str, token: str) -> bool:
+        """Whether a key's pointer exists (a key first sent before keys were scoped)."""
+        return bool(await self.r.exists(self.k.idem_pointer(stream, token)))
+
     async def claim(
         self,
         *,
@@ -102,6 +106,7 @@ class IngestStore:
         unbound: Callable[[], str],
         legacy: Callable[[], str],
         rows: list[bytes],
+        unscoped: tuple[str, Callable[[], str]] | None = None,
         response: bytes,
         ttl: int,
     ) -> tuple[str, bytes | None]:
@@ -109,7 +114,9 @@ class IngestStore:
         (None: no key, nothing recorded) is new to the window and the window open:
         ``('ok', None)``, ``('closed', None)`` (the window never took the token),
         ``('dup', stored response)`` (the token was used by a batch of this fingerprint) or
-        ``('mismatch', None)`` (by another batch). The record lives ``ttl`` seconds."""
+        ``('mismatch', None)`` (by another batch). The record lives ``ttl`` seconds.
+        ``unscoped``: the key's token as written before tokens were scoped to their producer
+        and the batch's fingerprint under it, to find such a record (read, never written)."""
         if len(fingerprint) != FINGERPRINT_LEN:
             raise ValueError("fingerprint: 64 hex digits")
         keys = [
@@ -118,11 +125,20 @@ class IngestStore:
             self.k.hot(stream, window),
             self.k.idem(stream, window, legacy_token or "-"),
         ]
-        args: list[str | bytes | int] = [token or "", fingerprint.encode() + response, ttl, *rows]
+        old = unscoped[0] if unscoped else ""
+        args: list[str | bytes | int] = [
+            token or "",
+            fingerprint.encode() + response,
+            ttl,
+            old,
+            *rows,
+        ]
         res = await self._ingest(keys=keys, args=args)
         status = status_of(res)
         if status == "dup":
             return _stored(bytes(res[1]), fingerprint, unbound)
+        if status == "unscoped" and unscoped:
+            return _stored(bytes(res[1]), unscoped[1](), unbound)
         if status == "legacy":
             return _stored(bytes(res[1]), legacy())
         return status, None
@@ -137,20 +153,25 @@ class IngestStore:
         fingerprint: str,
         unbound: Callable[[], str],
         legacy: Callable[[], str],
+        unscoped: tuple[str, Callable[[], str]] | None = None,
     ) -> tuple[str, bytes | None] | None:
         """A batch with this idempotency token in ``windows`` (records made without the
         stream-level pointer: read, never written): ``('dup', its stored response)`` or
-        ``('mismatch', None)`` (another batch's token); None when none."""
+        ``('mismatch', None)`` (another batch's token); None when none. ``unscoped`` as in
+        ``accept``."""
         if not windows:
             return None
         pipe = self.r.pipeline(transaction=False)
         for w in windows:
             pipe.hget(self.k.idem_window(stream, w), token)
+            pipe.hget(self.k.idem_window(stream, w), unscoped[0] if unscoped else "-")
             pipe.get(self.k.idem(stream, w, legacy_token))
         found = await pipe.execute()
-        for keyed, old in zip(found[::2], found[1::2], strict=True):
+        for keyed, before, old in zip(found[::3], found[1::3], found[2::3], strict=True):
             if keyed is not None:
                 return _stored(bytes(keyed), fingerprint, unbound)
+            if before is not None and unscoped:
+                return _stored(bytes(before), unscoped[1](), unbound)
             if old is not None:
                 return _stored(bytes(old), legacy())
         return None

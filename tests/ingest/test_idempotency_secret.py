@@ -14,7 +14,7 @@ from service.db.models import Stream
 from service.ingest.schemas import IngestIn
 from service.ingest.service import batch_fingerprint, batch_rows, key_token
 from tests.conftest import Api
-from tests.helpers import new_stream, obs, redis_dump
+from tests.helpers import new_stream, obs, producer_scope, redis_dump
 
 
 async def _idem_keys(api: Api, name: str) -> list[bytes]:
@@ -51,14 +51,14 @@ async def test_the_fingerprint_is_keyed_by_a_secret_that_is_not_in_redis(api: Ap
     assert stored != hashlib.sha256(b"".join(rows)).hexdigest()
     assert stored != hashlib.blake2b(b"".join(rows), digest_size=32).hexdigest()
     seed = await _seed(api, name)
-    token = key_token("batch-1", seed)
+    token = key_token("batch-1", seed, producer_scope(api))
     assert stored == batch_fingerprint(rows, seed, token)  # keyed by the stream's hash seed
     assert stored != batch_fingerprint(rows, b"\x00" * 32, token)
     # and bound to the key: who holds the seed must guess the key as well as the batch
     assert stored != batch_fingerprint(rows, seed)
-    assert stored != batch_fingerprint(rows, seed, key_token("batch-2", seed))
+    assert stored != batch_fingerprint(rows, seed, key_token("batch-2", seed, producer_scope(api)))
     # the client's key is not stored either, and the secret is nowhere in Redis
-    assert field.decode() == key_token("batch-1", seed)
+    assert field.decode() == token
     assert field != hashlib.sha256(b"batch-1").hexdigest().encode()
     dump = await redis_dump(api.ctx)
     assert seed not in dump and seed.hex().encode() not in dump

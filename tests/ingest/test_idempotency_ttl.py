@@ -17,7 +17,7 @@ from service.ingest.service import batch_fingerprint, batch_rows, key_token
 from service.lifecycle import roll as lifecycle_roll
 from service.streams import service as streams
 from tests.conftest import Api
-from tests.helpers import new_stream, obs, window_cells
+from tests.helpers import new_stream, obs, producer_scope, window_cells
 
 REUSED = "Idempotency-Key reused with a different request body"
 
@@ -107,7 +107,7 @@ async def test_a_pointer_left_at_a_window_that_never_took_the_batch_moves_on(api
     name = await new_stream(api, "idt", hot_windows=1, retention_windows=10)
     rt = await streams.runtime(ctx=api.ctx, name=name)
     store = api.ctx.stores.ingest
-    token = key_token("idem-died", rt.hash_seed)
+    token = key_token("idem-died", rt.hash_seed, producer_scope(api))
     status, window, _ = await store.claim(stream=name, token=token, ttl=600, cap=10)
     assert (status, window) == ("new", 1)
     for epoch in (2, 3):
@@ -133,7 +133,7 @@ async def test_records_hold_no_row_expire_by_ttl_and_then_the_key_is_new(api: Ap
     r = api.ctx.redis
     ttl = api.ctx.settings.idempotency_ttl_seconds
     rt = await streams.runtime(ctx=api.ctx, name=name)
-    token = key_token("idem-T", rt.hash_seed)
+    token = key_token("idem-T", rt.hash_seed, producer_scope(api))
     pointer = api.ctx.keys.idem_pointer(name, token)
     record = api.ctx.keys.idem_window(name, 1)
     # the pointer holds the window; the record a keyed token, a keyed fingerprint, the answer
