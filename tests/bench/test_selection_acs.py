@@ -88,3 +88,22 @@ def test_quick_mode_writes_its_section_and_csvs(tmp_path: Path) -> None:
     arms = {r["arm"] for r in sel}
     assert arms == {"without", "off", "oracle top", *selection_acs.ARMS}
     assert all(float(r["ratio"]) > 0 for r in sel)
+
+
+def test_the_interaction_diagnosis_scores_what_single_tables_cannot_give() -> None:
+    """Labels additive in A and B (logit): the aic gain of A+B over its best base is large
+    (A's information on top of B's), the interaction score about 0; labels A XOR B: both
+    large. The aic score therefore rewards pairs a model with both single tables already has."""
+    rng = np.random.default_rng(5)
+    n = 40_000
+    a, b = rng.integers(0, 4, n), rng.integers(0, 4, n)
+    additive = (rng.random(n) < 1 / (1 + np.exp(-(a - 1.5) - (b - 1.5)))).astype(np.int64)
+    xor = ((a ^ b) % 2).astype(np.int64)
+    assert abs(selection_acs.interaction_score(a, b, additive)) < 0.002
+    assert selection_acs.interaction_score(a, b, xor) > 0.5
+    from service.core.dp.selection import score_candidates
+
+    (cand,) = score_candidates(
+        columns={"A": a, "B": b}, labels=additive, n_labels=2, tables=[("A",), ("B",)], score="aic"
+    )
+    assert cand.gain > 0.05
