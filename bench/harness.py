@@ -7,7 +7,6 @@ measures a real server in a subprocess instead (``bench.speed.server``)."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +22,27 @@ from service.db.migrate import upgrade
 from service.lifecycle import followups
 
 ROLES = ("admin", "producer", "model")
-
-
-@dataclass(frozen=True)
-class Config:
-    """How the in-process service is set up (CPU work, noise and models, runs in threads of
-    this process: the context has no process pool)."""
-
-    redis_prefix: str = "bench"
-    max_batch: int = 10_000
-    http_timeout: float | None = None
-    tmp_prefix: str = "selectivity-bench-"
+PREFIX = "bench"  # the Redis key prefix (another process on the same Redis uses it too)
 
 
 class InProcess:
-    """``async with InProcess(config) as svc``: ``svc.ctx`` (the app context), ``svc.keys``
+    """``async with InProcess() as svc``: ``svc.ctx`` (the app context), ``svc.keys``
     (role → key), ``svc.call`` (an API call that checks its status), ``svc.settle`` (the
-    worker's part of what requests started)."""
+    worker's part of what requests started). CPU work, noise and models run in threads of this
+    process (the context has no process pool); ``http_timeout`` bounds ``svc.client``'s calls."""
 
-    def __init__(self, config: Config = Config()) -> None:
-        self.config = config
+    def __init__(self, *, http_timeout: float | None = None) -> None:
+        self.http_timeout = http_timeout
 
     async def __aenter__(self) -> InProcess:
-        cfg = self.config
-        self._tmp = tempfile.TemporaryDirectory(prefix=cfg.tmp_prefix)
+        self._tmp = tempfile.TemporaryDirectory(prefix="selectivity-bench-")
         self.settings = Settings(
             env="development",
             data_dir=Path(self._tmp.name),
             redis_url=None,  # the embedded Redis and SQLite, whatever the environment says
             database_url=None,
-            redis_prefix=cfg.redis_prefix,
+            redis_prefix=PREFIX,
             embedded_worker=False,
-            max_batch=cfg.max_batch,
         )
         upgrade(self.settings.resolved_database_url)
         self.embedded = resources.EmbeddedRedis(self.settings)
@@ -70,7 +58,7 @@ class InProcess:
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(ctx=self.ctx)),
             base_url="http://bench",
-            timeout=cfg.http_timeout,
+            timeout=self.http_timeout,
         )
         return self
 

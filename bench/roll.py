@@ -35,7 +35,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from bench.harness import InProcess
+from bench.harness import PREFIX, InProcess
 from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service import resources
 from service.config import Settings
@@ -116,7 +116,7 @@ def _settings(data_dir: str, socket: str) -> Settings:
         data_dir=Path(data_dir),
         redis_url=f"unix://{socket}",
         database_url=None,
-        redis_prefix="bench",
+        redis_prefix=PREFIX,
         embedded_worker=False,
     )
 

@@ -25,7 +25,7 @@ from typing import Any
 from rich.progress import Progress
 from sqlalchemy import select
 
-from bench.harness import Config, InProcess
+from bench.harness import InProcess
 from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service.cli.synthetic import ClickLog, generate, stream_body
 from service.coldstore import crypto
@@ -105,7 +105,7 @@ async def one(
 
 
 async def run(rows: int, repeats: int) -> list[dict[str, float]]:
-    async with InProcess(Config(tmp_prefix="selectivity-bench-seal-")) as svc:
+    async with InProcess() as svc:
         shares = svc.cold_shares
         log = generate(rows, seed=7)
         with Progress() as progress:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import movielens
-from bench.harness import Config, InProcess
+from bench.harness import InProcess
 from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service.core.streamconfig import PrivacyIn
 
@@ -116,7 +116,7 @@ async def replay(
     if rows:
         df = df.iloc[:rows]
     out: list[dict[str, Any]] = []
-    async with InProcess(Config(http_timeout=600)) as svc:
+    async with InProcess(http_timeout=600) as svc:
         for r in range(replays):
             res: dict[str, Any] = {}
             for a, arm in enumerate(("without", *arms)):

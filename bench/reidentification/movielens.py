@@ -39,7 +39,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from bench import movielens
-from bench.harness import Config, InProcess
+from bench.harness import InProcess
 from bench.report import markdown_table, plot_path, pyplot
 from service.audits import service as audits
 from service.core.reidentification.attacks import PUConfig
@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     hot = obs[args.count :]
     counted = hot if args.same else obs[: args.count]
     rows: list[dict[str, Any]] = []
-    async with InProcess(Config(redis_prefix="bench-reid", max_batch=10_000)) as svc:
+    async with InProcess() as svc:
         for eps in args.eps:
             t0 = time.perf_counter()
             name = await _stream(svc, counted, hot, eps)
