@@ -9,7 +9,21 @@ Column names (stable; ``<t>`` is a table name, ``<l>`` a label):
                     (the first is 1 − Σ of the others)
 * ``<t>:logodds:<l>`` log(p_l / (1 − p_l)) (Learning with Counts' log-odds, per label)
 * ``<t>:backoff``   1.0 when n̂ < the back-off threshold; p and log-odds are then the prior's
-* ``<f>:value``     the raw value of a numeric feature declared with ``passthrough``
+* ``<f>:value``     the raw value of a feature declared with ``passthrough``: a numeric
+                    feature's as a float (NaN, JSON null, when missing or not a number), then
+                    a categorical feature's as its string form (``canonical_value``: JSON
+                    ``196`` and ``"196"`` are ``"196"``, booleans ``true``/``false``; null
+                    when missing): an Arrow dictionary column of strings in the train set, a
+                    string in featurize's JSON. The float columns come first, in this order;
+                    the categorical values last (``Featurizer.value_columns``)
+
+With ``featurize.shrinkage = "empirical_bayes"`` the same columns hold, per label against the
+rest, ``<t>:logodds:<l>`` the log-odds shrunk toward the prior's by the key's noisy total and
+the noise variance, ``<t>:p:<l>`` its logistic function, and no back-off replaces them (the
+flag stays): ``service.core.features.shrinkage``. They replace the pseudo-count columns rather
+than adding ``<t>:eb:<l>`` columns: a row keeps its width and schema (the train set, the Arrow
+layout, the speed of a featurize), a model is compared on one estimator against the other
+rather than on both against one, and the setting chooses one per stream.
 
 A table over features (f1, ..., fk) is named ``f1+...+fk``.
 """
@@ -24,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from service.core.features.shrinkage import shrink
 
 MISSING = b"\x00"
 SEPARATOR = b"\x1f"
@@ -253,6 +269,12 @@ def passthrough_values(values: Sequence[object]) -> np.ndarray:
     ).reshape(len(values))
 
 
+def value_strings(keys: Sequence[bytes]) -> list[str | None]:
+    """A categorical passthrough column's values from their canonical keys (``encode_column``'s
+    keys): the string form, None for a missing value."""
+    return [None if k == MISSING else k.decode("utf-8", "replace") for k in keys]
+
+
 def prior_probabilities(prior_counts: np.ndarray) -> np.ndarray:
     """Label prior from the noisy prior table, add-one smoothed: (max(c_l,0)+1)/(Σ+L)."""
     c = np.maximum(np.asarray(prior_counts, dtype=np.float64), 0.0)
@@ -274,11 +296,20 @@ def derived_columns(
     prior: np.ndarray,
     alpha: float,
     threshold: float | np.ndarray,
+    sigma2: float | np.ndarray | None = None,
+    tau2: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """From estimates ĉ (n, L) to (counts (n, L), total (n,), p (n, L), logodds (n, L),
-    backoff (n,)), vectorised. ``threshold``: one, or one per row (each row's table's)."""
+    backoff (n,)), vectorised. ``threshold``: one, or one per row (each row's table's).
+    With ``tau2`` (τ² per label, or per row and label) p and log-odds are the empirical-Bayes
+    ones (``shrinkage.shrink``, σ² ``sigma2``: one or one per row) and no back-off applies."""
     counts = np.maximum(estimates, 0.0)
     total = counts.sum(axis=1)
+    if tau2 is not None:
+        p, logodds = shrink(
+            estimates, prior=prior, sigma2=0.0 if sigma2 is None else sigma2, tau2=tau2
+        )
+        return counts, total, p, logodds, (total < threshold).astype(np.float64)
     p = (counts + alpha * prior[None, :]) / (total + alpha)[:, None]
     backoff = total < threshold
     if backoff.any():

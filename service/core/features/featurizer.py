@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from service.core.features.columns import (
     SEPARATOR,
@@ -25,8 +26,10 @@ from service.core.features.columns import (
     encode_column,
     passthrough_values,
     prior_probabilities,
+    value_strings,
 )
 from service.core.features.runtime import StreamRuntime
+from service.core.features.shrinkage import MEDIAN_VARIANCE, between_variance
 from service.core.tables.aggregate import Aggregate
 from service.core.tables.sketch import KeyHasher, estimate_stacked
 
@@ -91,6 +94,12 @@ class Featurizer:
     table_specs: tuple[tuple[FeatureSpec, ...], ...] = field(default=(), repr=False, compare=False)
     # the derived columns of keys and values seen by ``_transform_few``
     derived_cache: DerivedCache | None = field(default=None, repr=False, compare=False)
+    # '<f>:value' of the categorical features passed through: strings, after ``columns``
+    value_columns: list[str] = field(default_factory=list)
+    # featurize.shrinkage "empirical_bayes": per table, σ² of a key's estimate, and τ² per
+    # label (tables × labels); None with "pseudo_count"
+    sigma2s: np.ndarray | None = field(default=None, repr=False, compare=False)
+    tau2s: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -109,6 +118,13 @@ class Featurizer:
         else:
             cells, offsets = _stack(rt, agg)
         table_specs = _table_specs(rt)
+        prior = prior_probabilities(agg.prior)
+        same_agg = (
+            previous is not None
+            and previous.agg is agg
+            and [t.id for t in previous.rt.tables] == [t.id for t in rt.tables]
+        )
+        sigma2s, tau2s = _shrinkage(rt, agg, cells, offsets, prior, previous if same_agg else None)
         thresholds = np.array(
             [
                 backoff_threshold(
@@ -128,6 +144,9 @@ class Featurizer:
             and [t.name for t in previous.rt.tables] == [t.name for t in rt.tables]
             and np.array_equal(previous.thresholds, thresholds)
             and previous.rt.config.featurize.alpha == cfg.featurize.alpha
+            and previous.rt.config.featurize.shrinkage == cfg.featurize.shrinkage
+            and _same(previous.sigma2s, sigma2s)
+            and _same(previous.tau2s, tau2s)
         )
         derived_cache = (
             previous.derived_cache
@@ -138,13 +157,16 @@ class Featurizer:
             rt=rt,
             agg=agg,
             columns=column_names([t.name for t in rt.tables], rt.labels, rt.passthrough),
-            prior=prior_probabilities(agg.prior),
+            prior=prior,
             thresholds=thresholds,
             cells=cells,
             offsets=offsets,
             hasher=KeyHasher(seed=rt.hash_seed, spec=rt.spec),
             table_specs=table_specs,
             derived_cache=derived_cache,
+            value_columns=[f"{f}:value" for f in rt.passthrough_categorical],
+            sigma2s=sigma2s,
+            tau2s=tau2s,
         )
 
     @property
@@ -182,8 +204,34 @@ class Featurizer:
 
     @property
     def encoded_features(self) -> list[str]:
-        """The features some table reads, in the order of the tables."""
-        return list(dict.fromkeys(f for t in self.rt.tables for f in t.features))
+        """The features some table reads, in the order of the tables, then the categorical
+        features passed through (``value_arrays``, ``values``)."""
+        tables = (f for t in self.rt.tables for f in t.features)
+        return list(dict.fromkeys([*tables, *self.rt.passthrough_categorical]))
+
+    @property
+    def output_columns(self) -> list[str]:
+        """Every column of featurize and the train set: ``columns`` (floats), then
+        ``value_columns`` (strings)."""
+        return self.columns + self.value_columns
+
+    def values(self, rows: Sequence[Mapping[str, object]]) -> list[list[str | None]]:
+        """The ``value_columns`` of rows, column by column: each categorical passthrough
+        feature's string form (``canonical_value``, as the train set's ``value_arrays``), None
+        when missing."""
+        specs = {f.name: f for f in self.rt.features}
+        out: list[list[str | None]] = []
+        for name in self.rt.passthrough_categorical:
+            e = encode_column([r.get(name) for r in rows], specs[name])
+            strings = value_strings(e.keys)
+            out.append([strings[c] for c in e.codes.tolist()])
+        return out
+
+    def value_arrays(self, encoded: Mapping[str, Encoded]) -> list[pa.DictionaryArray]:
+        """The ``value_columns`` from the features' codes (``encode_columns``, the train set's
+        parsed chunks): Arrow dictionary arrays of strings (int32 indices), null when
+        missing."""
+        return [value_array(encoded[name]) for name in self.rt.passthrough_categorical]
 
     def transform_encoded(
         self,
@@ -205,11 +253,14 @@ class Featurizer:
             [(t.name, e.keys) for t, e in zip(rt.tables, per_table, strict=True)]
         )
         est = estimate_stacked(self.cells, np.repeat(self.offsets, sizes), buckets, signs, spec)
+        eb = self.tau2s is not None and self.sigma2s is not None
         derived = _per_key_block(
             est,
             prior=self.prior,
             alpha=rt.config.featurize.alpha,
             threshold=np.repeat(self.thresholds, sizes),
+            sigma2=np.repeat(self.sigma2s, sizes) if eb else None,  # type: ignore[arg-type]
+            tau2=np.repeat(self.tau2s, sizes, axis=0) if eb else None,  # type: ignore[arg-type]
         )
         n_tab, width = len(rt.tables), derived.shape[1]
         if by_column:
@@ -321,12 +372,24 @@ class Featurizer:
         buckets, signs = self.hasher.hash_many([(tables[m[0]].name, [m[2]]) for m in missing])
         offsets = np.array([self.offset_list[m[0]] for m in missing], dtype=np.int64)
         est = estimate_stacked(self.cells, offsets, buckets, signs, rt.spec, checked=False)
-        blocks = derived_blocks(
-            est.tolist(),
-            prior=self.prior_list,
-            alpha=rt.config.featurize.alpha,
-            thresholds=[self.threshold_list[m[0]] for m in missing],
-        )
+        if self.tau2s is not None and self.sigma2s is not None:  # empirical Bayes: numpy
+            which = np.array([m[0] for m in missing], dtype=np.int64)
+            derived = _per_key_block(
+                est,
+                prior=self.prior,
+                alpha=rt.config.featurize.alpha,
+                threshold=self.thresholds[which],
+                sigma2=self.sigma2s[which],
+                tau2=self.tau2s[which],
+            )
+            blocks = [row.tobytes() for row in np.ascontiguousarray(derived)]
+        else:
+            blocks = derived_blocks(
+                est.tolist(),
+                prior=self.prior_list,
+                alpha=rt.config.featurize.alpha,
+                thresholds=[self.threshold_list[m[0]] for m in missing],
+            )
         cache.make_room(len(missing))
         room = cache.values_per_table
         for (j, place, key, value), block in zip(missing, blocks, strict=True):
@@ -400,15 +463,80 @@ def _stack(rt: StreamRuntime, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _per_key_block(
-    estimates: np.ndarray, *, prior: np.ndarray, alpha: float, threshold: np.ndarray
+    estimates: np.ndarray,
+    *,
+    prior: np.ndarray,
+    alpha: float,
+    threshold: np.ndarray,
+    sigma2: np.ndarray | None = None,
+    tau2: np.ndarray | None = None,
 ) -> np.ndarray:
     """One row per key: the table block of ``column_names`` (counts, total, p, log-odds,
-    back-off), from ``derived_columns``."""
+    back-off), from ``derived_columns`` (empirical Bayes with ``tau2``)."""
     counts, total, p, logodds, backoff = derived_columns(
-        estimates, prior=prior, alpha=alpha, threshold=threshold
+        estimates, prior=prior, alpha=alpha, threshold=threshold, sigma2=sigma2, tau2=tau2
     )
     return assemble([(counts, total, p, logodds, backoff)], [], estimates.shape[0])
 
 
 def _num(v: object) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
+
+
+def value_array(e: Encoded) -> pa.DictionaryArray:
+    """A categorical passthrough column from its codes: a dictionary of the values' strings
+    (``value_strings``), int32 indices, null where the value is missing."""
+    strings = value_strings(e.keys)
+    codes = e.codes
+    mask = None
+    if None in strings:
+        gone = strings.index(None)
+        mask = codes == gone
+        codes = np.where(codes > gone, codes - 1, codes)
+        codes[mask] = 0
+        del strings[gone]
+    indices = pa.array(codes.astype(np.int32, copy=False), pa.int32(), mask=mask)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(strings, pa.string()))
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+def _shrinkage(
+    rt: StreamRuntime,
+    agg: Aggregate,
+    cells: np.ndarray,
+    offsets: np.ndarray,
+    prior: np.ndarray,
+    previous: Featurizer | None,
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``featurize.shrinkage = "empirical_bayes"``: per table σ² of a key's estimate (a cell's
+    noise variance over the count period × the median's factor) and τ² per label
+    (``featurize.eb_variance``, else estimated from the table's cells once per aggregate:
+    ``previous``, a featurizer of the same aggregate and tables, gives its own); (None, None)
+    otherwise."""
+    fs = rt.config.featurize
+    if fs.shrinkage != "empirical_bayes":
+        return None, None
+    spec = rt.spec
+    cell_vars = [rt.noise.variance_for(rt.weight_of(t)) * max(agg.n_windows, 0) for t in rt.tables]
+    sigma2s = np.array(cell_vars, dtype=np.float64) * MEDIAN_VARIANCE[spec.depth - 1]
+    if fs.eb_variance is not None:
+        return sigma2s, np.full((len(rt.tables), spec.n_labels), float(fs.eb_variance))
+    if (
+        previous is not None
+        and previous.tau2s is not None
+        and previous.rt.config.featurize.eb_variance is None
+        and previous.sigma2s is not None
+        and np.array_equal(previous.sigma2s, sigma2s)
+    ):
+        return sigma2s, previous.tau2s
+    tau2s = np.zeros((len(rt.tables), spec.n_labels))
+    shape = (spec.n_labels, spec.depth, spec.width)
+    for j, start in enumerate(offsets.tolist()):
+        table = cells[start : start + spec.cells].reshape(shape)
+        tau2s[j] = between_variance(
+            table, prior=prior, cell_variance=cell_vars[j], sigma2=float(sigma2s[j])
+        )
+    return sigma2s, tau2s

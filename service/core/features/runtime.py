@@ -31,7 +31,9 @@ class StreamRuntime:
     spec: SketchSpec = field(init=False)
     noise: Noise = field(init=False)
     label_index: dict[str, int] = field(init=False)
-    passthrough: tuple[str, ...] = field(init=False)
+    passthrough: tuple[str, ...] = field(init=False)  # numeric: float '<f>:value' columns
+    # categorical features passed through: their raw values as string '<f>:value' columns
+    passthrough_categorical: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -51,7 +53,16 @@ class StreamRuntime:
         )
         set_(self, "noise", noise_for(cfg))
         set_(self, "label_index", {lab: i for i, lab in enumerate(cfg.labels)})
-        set_(self, "passthrough", tuple(f.name for f in cfg.features if f.passthrough))
+        set_(
+            self,
+            "passthrough",
+            tuple(f.name for f in cfg.features if f.passthrough and f.kind == "numeric"),
+        )
+        set_(
+            self,
+            "passthrough_categorical",
+            tuple(f.name for f in cfg.features if f.passthrough and f.kind != "numeric"),
+        )
 
     def weight_of(self, table: TableRef) -> float:
         """The table's share of the budget, relative (``privacy.table_weights``; a selected
