@@ -260,8 +260,7 @@ async def one(
             "privacy": {"mechanism": "laplace", "epsilon": 1.0},
         }
     )
-    async with ctx.sessionmaker() as session, session.begin():
-        await lifecycle_streams.create(ctx=ctx, session=session, stream_in=body)
+    await lifecycle_streams.create(ctx=ctx, stream_in=body)
     rows = IngestIn.model_validate({"observations": _rows(n_tables, 0, 200)})
     times: list[float] = []
     aheads: list[float] = []

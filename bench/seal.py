@@ -49,10 +49,7 @@ async def one(
     name = f"seal{k}"
     body = stream_body(name)
     body["hot_windows"] = 1
-    async with ctx.sessionmaker() as session, session.begin():
-        await lifecycle_streams.create(
-            ctx=ctx, session=session, stream_in=StreamCreate.model_validate(body)
-        )
+    await lifecycle_streams.create(ctx=ctx, stream_in=StreamCreate.model_validate(body))
     batches = [
         IngestIn.model_validate({"observations": log.observations(i, i + BATCH)})
         for i in range(0, len(log), BATCH)
@@ -116,6 +113,9 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="selectivity bench seal", description=__doc__)
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--no-report", action="store_true", help="print the section instead of writing it"
+    )
     args = p.parse_args(argv)
     results = asyncio.run(run(args.rows, args.repeats))
 
@@ -155,4 +155,5 @@ def main(argv: list[str]) -> None:
         "Cold-store sealing vs ingest",
         [Table(["measure", "median", "runs"], rows), Plot("seal", png)],
         command=f"selectivity bench seal --rows {args.rows} --repeats {args.repeats}",
+        write=not args.no_report,
     )
