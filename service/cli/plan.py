@@ -37,13 +37,19 @@ def cmd_plan(args: argparse.Namespace) -> None:
         "max_epsilon": args.max_epsilon,
         "window_seconds": args.window_seconds,
         "hot_windows": args.hot_windows,
+        "max_hot_seconds": args.max_hot_seconds,
+        "epsilon_selection": args.epsilon_selection,
+        "selection_slots": args.selection_slots,
         "depth": args.depth,
     }
     try:
         req = PlanRequest.model_validate(body)
     except ValidationError as exc:
         msgs = [
-            f"{'.'.join(map(str, e['loc']))}: {str(e['msg']).removeprefix('Value error, ')}"
+            ": ".join(
+                [".".join(map(str, e["loc"]))] * bool(e["loc"])
+                + [str(e["msg"]).removeprefix("Value error, ")]
+            )
             for e in exc.errors()
         ]
         sys.exit("error: " + "; ".join(msgs))
@@ -59,6 +65,24 @@ def cmd_plan(args: argparse.Namespace) -> None:
     )
     weights = ", ".join(f"{t}={w:.3g}" for t, w in p.table_weights.items())
     print(f"table_weights: {weights}; prior_weight={p.prior_weight:.3g}")
+    print(
+        f"raw data held (the hot period): {p.raw_rows_held:,} rows, {p.raw_hours_held:,.4g} "
+        f"hours, {p.exposure:.2%} of the retained windows"
+    )
+    if p.selection_slots:
+        without = (
+            f"without them epsilon={p.epsilon_without_slots:g} meets the target at this window"
+            if p.epsilon_without_slots is not None
+            else "this window misses the target without them too"
+        )
+        print(
+            f"selection: epsilon_selection={p.epsilon_selection:g}, "
+            f"max_tables={len(p.tables) + p.selection_slots} ({p.selection_slots} slots, "
+            f"{p.slot_share:.2%} of epsilon each, every table's noise x{p.slot_noise_factor:.3g}; "
+            f"{without})"
+        )
+    else:
+        print(f"selection: off, max_tables={len(p.tables)} (no slot reserved)")
     print("why:")
     for line in p.why:
         print(f"  {line}")
@@ -102,7 +126,31 @@ def register(privacy: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=86400,
         help="the window the observations are counted in",
     )
-    pp.add_argument("--hot-windows", type=int, default=2, help="windows in the train set")
+    pp.add_argument(
+        "--hot-windows",
+        type=int,
+        default=None,
+        help="windows in the train set (default: chosen from the rate, within --max-hot-seconds)",
+    )
+    pp.add_argument(
+        "--max-hot-seconds",
+        type=int,
+        default=None,
+        help="the longest span of raw rows the hot period may keep (default 7 days, or one "
+        "--window-seconds if longer)",
+    )
+    pp.add_argument(
+        "--epsilon-selection",
+        type=float,
+        default=0.0,
+        help="plan for count-table selection at this budget per round (default 0: off, no slot)",
+    )
+    pp.add_argument(
+        "--selection-slots",
+        type=int,
+        default=None,
+        help="table slots for selected groups (default 4 with --epsilon-selection, else 0)",
+    )
     pp.add_argument("--depth", type=int, default=3, help="sketch depth (fitted at 3)")
     pp.add_argument("--json", action="store_true", help="print the proposal as JSON")
     pp.set_defaults(fn=cmd_plan)

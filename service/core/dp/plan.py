@@ -57,6 +57,34 @@ keys sharing a key's bucket in a row; the regime runs had up to 5.8 at ×100, 94
 within MAX_CELLS cells; the count sketch's error from collisions grows with it, Charikar, Chen
 & Farach-Colton 2002).
 One contribution per user per window (``c``) as given; ``user_key`` makes k = max(c, 2).
+
+**The hot period** (H, ``hot_windows``) is chosen for each window size g, not taken as given
+(``hot_windows`` overrides it). More hot windows give the model more rows (r₀ falls with
+log10 of them) and, at the same exposure E, more counted windows (R = ceil(H/E) − H); offline,
+on a real time-ordered stream (8 categorical features, ε = 1, one window ≈ 27,000 events),
+training on 2 or 3 hot windows instead of 1 kept 116 % and 145 % of the raw model's gain
+against 92 % for one (BENCHMARKS.md has no run of it: a one-off evaluation on data the project
+does not ship). Their cost is raw data held: H·g·N rows over H·g·``window_seconds`` seconds,
+the hot period being the only raw data the service keeps outside the cold store. So
+
+    H = min(H_budget, max(H_rows, HOT_PREFERRED)),  at least 1,
+
+with H_rows = ceil(MIN_HOT_ROWS / (g·N)) the fewest windows holding the loss model's minimum of
+hot rows (MIN_HOT_ROWS = 1,000, the smallest hot period it was fitted on: 1 % of ×1 MovieLens
+100K), HOT_PREFERRED = 3 (the most windows the evidence above covers) and H_budget the most
+windows within the exposure budget: H·g·``window_seconds`` ≤ ``max_hot_seconds`` (default 7
+days, or one ``window_seconds`` if that is longer) and H/(H + MAX_RETENTION) ≤ E. Only
+windows g with g·``window_seconds`` ≤ ``max_hot_seconds`` are considered (one hot window must
+fit). The proposal shows the cost: raw rows held, hours of raw data held and their share of
+the retained windows (E).
+
+**Slots for selected groups.** None unless selection is asked for (``epsilon_selection`` > 0:
+``selection_slots``, default 4, as the service's default ``max_tables``). S slots at weight 1
+beside the n = features + 1 tables of mean weight 1 take S/(n + S) of ε, 1/(n + S) each, so the
+tables are planned with ε·n/(n + S) and every table's Laplace scale is (n + S)/n times what it
+would be at the same ε without them (``service.core.dp.budget.slot_cost``); the proposal also
+gives the ε that would meet the target at the same window without the slots. Each selection round costs
+``epsilon_selection`` on the ledger on top (an observation is read by min(H, S) rounds).
 """
 
 from __future__ import annotations
@@ -67,6 +95,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from service.core.dp.budget import slot_cost
 from service.core.streamconfig import FEATURE_PATTERN, Strict
 
 KAPPA = 0.0874
@@ -81,6 +110,11 @@ MAX_WINDOW_SECONDS = 366 * 86400
 MAX_RETENTION = 10_000
 MIN_EPSILON = 1e-3
 MAX_CELLS = 1 << 26  # cells of a window's tables together (int32: 256 MiB)
+MIN_HOT_ROWS = 1_000  # the smallest hot period the loss model was fitted on (1 % of ×1 ML 100K)
+HOT_PREFERRED = 3  # hot windows the offline evidence supports (module docstring)
+MAX_HOT_WINDOWS = 100
+DEFAULT_SLOTS = 4  # the service's default slots for selected groups with selection on
+DEFAULT_HOT_SECONDS = 7 * 86400  # raw data held at most, unless said (or one window is longer)
 LADDER = tuple(sorted({round(1.25**i) for i in range(0, 80)}))  # window multipliers g
 
 
@@ -101,8 +135,39 @@ class PlanRequest(Strict):
     )
     max_epsilon: float = Field(default=1.0, ge=0.01, le=100)
     window_seconds: int = Field(default=86400, ge=1, le=MAX_WINDOW_SECONDS)
-    hot_windows: int = Field(
-        default=2, ge=1, le=100, description="H: the train set is the H newest windows"
+    hot_windows: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_HOT_WINDOWS,
+        description=(
+            "H: the train set is the H newest windows; default: chosen from the rate "
+            "(enough hot rows for the model, up to 3 windows, within max_hot_seconds)"
+        ),
+    )
+    max_hot_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_HOT_WINDOWS * MAX_WINDOW_SECONDS,
+        description=(
+            "the longest the hot period (the raw rows kept) may span, in seconds; bounds the "
+            "chosen hot_windows and the window (not an overriding hot_windows); default 7 "
+            "days, or one window_seconds if that is longer"
+        ),
+    )
+    epsilon_selection: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="the stream's selection budget per round; 0 (default): no selection, no slot",
+    )
+    selection_slots: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description=(
+            "table slots reserved for selected groups; default 4 with epsilon_selection > 0, "
+            "else 0 (a slot only selection fills costs every table budget)"
+        ),
     )
     depth: int = Field(default=3, ge=1, le=16)
     collisions: float = Field(
@@ -123,10 +188,40 @@ class PlanRequest(Strict):
         c = self.max_contributions_per_window
         return max(c, 2) if self.user_key else c
 
+    @property
+    def hot_seconds(self) -> int:
+        """The raw-data budget: ``max_hot_seconds``, by default 7 days or one window."""
+        if self.max_hot_seconds is not None:
+            return self.max_hot_seconds
+        return max(DEFAULT_HOT_SECONDS, self.window_seconds)
+
+    @property
+    def slots(self) -> int:
+        """S: the slots for selected groups the plan reserves."""
+        if self.selection_slots is not None:
+            return self.selection_slots
+        return DEFAULT_SLOTS if self.epsilon_selection > 0 else 0
+
     @model_validator(mode="after")
     def _target(self) -> PlanRequest:
         if self.target_loss is None and self.target_dp_cost is None:
             self.target_loss = 1.03
+        if self.selection_slots and self.epsilon_selection <= 0:
+            raise ValueError(
+                f"selection_slots: {self.selection_slots} slots need epsilon_selection > 0: "
+                "only selection fills a slot, and an unfilled one still takes its share of ε "
+                "(the service refuses such a stream)"
+            )
+        if self.selection_slots == 0 and self.epsilon_selection > 0:
+            raise ValueError(
+                "selection_slots: 0 slots leave selection nothing to fill; give "
+                "epsilon_selection 0 or at least one slot"
+            )
+        if self.hot_windows is None and self.hot_seconds < self.window_seconds:
+            raise ValueError(
+                f"max_hot_seconds: {self.max_hot_seconds} is less than window_seconds = "
+                f"{self.window_seconds}: not even one window of raw rows fits"
+            )
         return self
 
 
@@ -155,6 +250,13 @@ class Plan:
     tables: list[TablePlan]
     predicted_dp_cost: float
     predicted_loss: float  # ÷ the full-data baseline
+    raw_rows_held: int = 0  # H·g·N: the hot period's rows
+    raw_hours_held: float = 0.0  # H·g·window_seconds / 3600
+    selection_slots: int = 0  # S
+    epsilon_selection: float = 0.0
+    slot_share: float = 0.0  # each slot's share of the per-window budget, 1/(n + S)
+    slot_noise_factor: float = 1.0  # every table's Laplace scale ÷ the same ε without the slots
+    epsilon_without_slots: float | None = None  # what meets the target without them
     why: list[str] = field(default_factory=list)
 
     @property
@@ -166,8 +268,17 @@ class Plan:
         return next(t.weight for t in self.tables if t.table == "(prior)")
 
     def stream_body(self, name: str, labels: list[str] | None = None) -> dict[str, Any]:
-        """A ``POST /v1/streams`` body with this plan (every feature categorical, no slots for
-        selected groups: ``max_tables`` = features + the prior table)."""
+        """A ``POST /v1/streams`` body with this plan (every feature categorical; ``max_tables``
+        = features + the prior table + the slots for selected groups, with
+        ``epsilon_selection`` when there are any)."""
+        privacy: dict[str, Any] = {
+            "mechanism": "laplace",
+            "epsilon": self.epsilon,
+            "table_weights": self.table_weights,
+            "prior_weight": self.prior_weight,
+        }
+        if self.selection_slots:
+            privacy["epsilon_selection"] = self.epsilon_selection
         return {
             "name": name,
             "features": [{"name": t.table} for t in self.tables if t.table != "(prior)"],
@@ -175,14 +286,9 @@ class Plan:
             "window_seconds": self.window_seconds,
             "hot_windows": self.hot_windows,
             "retention_windows": self.retention_windows,
-            "privacy": {
-                "mechanism": "laplace",
-                "epsilon": self.epsilon,
-                "table_weights": self.table_weights,
-                "prior_weight": self.prior_weight,
-            },
+            "privacy": privacy,
             "sketch": {"width": self.width, "depth": self.depth},
-            "max_tables": len(self.tables),
+            "max_tables": len(self.tables) + self.selection_slots,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -230,13 +336,16 @@ def split(a: dict[str, float], epsilon: float) -> dict[str, float]:
 
 
 def _evaluate(req: PlanRequest, g: int, epsilon: float, m: int) -> tuple[float, list[TablePlan]]:
-    """S and the per-table figures at window multiplier g, ε and m counted windows."""
+    """S and the per-table figures at window multiplier g, ε and m counted windows; the tables
+    share ε·n/(n + S) (the slots for selected groups take the rest, module docstring) and their
+    weights have mean 1, as the slots'."""
     rows = g * req.observations_per_window  # per window
     per = math.sqrt(m) * rows / (req.labels * req.calibration * req.depth)
     cards = dict(req.cardinalities) | {"(prior)": 1}
     a = {t: per / (k * math.sqrt(2.0)) for t, k in cards.items()}
-    eps = split(a, epsilon)
     n_tables = len(cards)
+    budget = epsilon * n_tables / (n_tables + req.slots)
+    eps = split(a, budget)
     tables = []
     for t, k in cards.items():
         e = eps[t]
@@ -245,7 +354,7 @@ def _evaluate(req: PlanRequest, g: int, epsilon: float, m: int) -> tuple[float, 
             TablePlan(
                 table=t,
                 cardinality=k,
-                weight=n_tables * e / epsilon,
+                weight=n_tables * e / budget,
                 epsilon=e,
                 expected_count=m * rows / (k * req.labels),
                 noise_sd=b * math.sqrt(2.0 * m),
@@ -256,54 +365,87 @@ def _evaluate(req: PlanRequest, g: int, epsilon: float, m: int) -> tuple[float, 
     return math.exp(sum(logs) / len(logs)), tables
 
 
-def _meets(req: PlanRequest, g: int, epsilon: float, m: int) -> bool:
+def _meets(req: PlanRequest, g: int, h: int, epsilon: float, m: int) -> bool:
     s = _evaluate(req, g, epsilon, m)[0]
-    return s >= S_MIN and dp_cost(s) <= _allowed(req, g)
+    return s >= S_MIN and dp_cost(s) <= _allowed(req, g, h)
 
 
-def _allowed(req: PlanRequest, g: int) -> float:
-    """The largest 1 + δ the targets allow at window multiplier g."""
+def _allowed(req: PlanRequest, g: int, h: int) -> float:
+    """The largest 1 + δ the targets allow at window multiplier g with h hot windows."""
     limit = req.target_dp_cost if req.target_dp_cost is not None else math.inf
     if req.target_loss is not None:
-        hot_rows = req.hot_windows * g * req.observations_per_window
+        hot_rows = h * g * req.observations_per_window
         limit = min(limit, req.target_loss / no_noise_loss(hot_rows))
     return limit
 
 
+def hot_windows_for(req: PlanRequest, g: int) -> tuple[int, str]:
+    """H at window multiplier g and why (module docstring, "The hot period"): the override if
+    given, else min(H_budget, max(H_rows, HOT_PREFERRED)), at least 1."""
+    if req.hot_windows is not None:
+        return req.hot_windows, "as given (hot_windows)"
+    rows = g * req.observations_per_window
+    seconds = g * req.window_seconds
+    by_rows = math.ceil(MIN_HOT_ROWS / rows)
+    by_time = req.hot_seconds // seconds
+    e = req.max_exposure
+    by_exposure = math.floor(e * MAX_RETENTION / (1.0 - e) + 1e-9)
+    budget = max(1, min(by_time, by_exposure, MAX_HOT_WINDOWS))
+    h = max(1, min(budget, max(by_rows, HOT_PREFERRED)))
+    want = max(by_rows, HOT_PREFERRED)
+    if h == want:
+        reason = (
+            f"{HOT_PREFERRED} preferred (2–3 hot windows kept more of the raw model's gain "
+            f"than 1 on a real stream)"
+            if by_rows <= HOT_PREFERRED
+            else f"{by_rows} windows to hold the model's minimum of {MIN_HOT_ROWS:,} hot rows"
+        )
+    else:
+        reason = (
+            f"{want} wanted, {h} within the exposure budget (max_hot_seconds "
+            f"{req.hot_seconds:,} s, exposure ≤ {e:g} with ≤ {MAX_RETENTION:,} windows kept)"
+        )
+    return h, reason
+
+
+def _retention(req: PlanRequest, h: int) -> int:
+    """R = ceil(H/E) − H counted windows, within 1 … MAX_RETENTION."""
+    return max(1, min(MAX_RETENTION, math.ceil(h / req.max_exposure - 1e-9) - h))
+
+
 def make_plan(req: PlanRequest) -> Plan:
     """The proposal (module docstring)."""
-    h = req.hot_windows
-    retention = max(1, min(MAX_RETENTION, math.ceil(h / req.max_exposure - 1e-9) - h))
-    m = retention
     largest = max(req.cardinalities.values())
     wanted = 1 << max(10, math.ceil(math.log2(largest / req.collisions)))
-    cells = (len(req.cardinalities) + 1) * req.labels * req.depth  # cells per bucket column
+    n_tables = len(req.cardinalities) + 1
+    cells = (n_tables + req.slots) * req.labels * req.depth  # cells per bucket column
     room = 1 << max(1, math.floor(math.log2(MAX_CELLS / cells)))
     width = min(wanted, 1 << 24, room)
-    ladder = [g for g in LADDER if g * req.window_seconds <= MAX_WINDOW_SECONDS] or [1]
+    longest = MAX_WINDOW_SECONDS
+    if req.hot_windows is None:  # one hot window must fit the raw-data budget
+        longest = min(longest, req.hot_seconds)
+    ladder = [g for g in LADDER if g * req.window_seconds <= longest] or [1]
     choice: tuple[int, float] | None = None
     for g in ladder:
-        if not _meets(req, g, req.max_epsilon, m):
-            continue
-        lo, hi = MIN_EPSILON, req.max_epsilon
-        if _meets(req, g, lo, m):
-            hi = lo
-        for _ in range(60):
-            if hi / lo < 1.001:
-                break
-            mid = math.sqrt(lo * hi)
-            lo, hi = (lo, mid) if _meets(req, g, mid, m) else (mid, hi)
-        choice = (g, _round_up(hi, req.max_epsilon))
-        break
+        found = _smallest_epsilon(req, g)
+        if found is not None:
+            choice = (g, found)
+            break
     feasible = choice is not None
     g, epsilon = choice if choice is not None else (ladder[-1], req.max_epsilon)
+    h, hot_reason = hot_windows_for(req, g)
+    retention = m = _retention(req, h)
     s, tables = _evaluate(req, g, epsilon, m)
     dp = dp_cost(s)
     rows = g * req.observations_per_window
     loss = no_noise_loss(h * rows) * dp
+    raw_hours = h * g * req.window_seconds / 3600
     why = [
         f"window: {g} × {req.window_seconds} s ≈ {rows:,} observations; {h} hot (the train "
         f"set, {h * rows:,} rows) and {retention} counted (exposure {h / (h + retention):.2%})",
+        f"hot period: {h} window{'s' if h > 1 else ''}: {hot_reason}",
+        f"exposure cost: {h * rows:,} raw rows held, {raw_hours:,.4g} hours of raw data, "
+        f"{h / (h + retention):.2%} of the retained windows",
         f"predicted: log-loss ÷ no noise {dp:.3f}, ÷ full-data baseline {loss:.3f} "
         f"(without noise {no_noise_loss(h * rows):.3f})",
         f"rule: DP cost 1 + {KAPPA}·S^-{POWER}, S = geometric mean of min(SNR, {SNR_CAP:g}) "
@@ -321,12 +463,32 @@ def make_plan(req: PlanRequest) -> Plan:
             f"noise s.d. {t.noise_sd:,.1f}, SNR {t.snr:.2f}, ε_t {t.epsilon:.4g} "
             f"(weight {t.weight:.3g})"
         )
+    slots = req.slots
+    cost = slot_cost(float(n_tables), slots)
+    without: float | None = None
+    if slots:
+        alone = req.model_copy(update={"selection_slots": 0, "epsilon_selection": 0.0})
+        without = _smallest_epsilon(alone, g)
+        reads = min(h, slots)
+        why.append(
+            f"slots for selected groups: {slots}, each {cost['share']:.2%} of ε "
+            f"(ε {epsilon * cost['share']:.4g}); together they raise every table's noise "
+            f"×{cost['laplace']:.3g} at this ε; without them this window "
+            + (f"meets the target at ε = {without:g}" if without is not None else "does not either")
+            + f"; selection rounds cost {req.epsilon_selection:g} each on the ledger, "
+            f"{reads} of them read an observation"
+        )
+    else:
+        why.append(
+            "slots for selected groups: none (selection off: an unused slot would take a "
+            "share of ε from every table); ask with epsilon_selection"
+        )
     if not feasible:
         why.insert(
             0,
             f"not feasible: even a {g}× window at ε = {req.max_epsilon:g} predicts "
-            f"{loss:.3f} of the baseline ({dp:.3f} of no noise); raise max_epsilon or "
-            "max_exposure, or loosen the target",
+            f"{loss:.3f} of the baseline ({dp:.3f} of no noise); raise max_epsilon, "
+            "max_exposure or max_hot_seconds, or loosen the target",
         )
     if min(t.weight for t in tables) < 0.001 or max(t.weight for t in tables) > 1000:
         tables = [
@@ -346,8 +508,34 @@ def make_plan(req: PlanRequest) -> Plan:
         tables=tables,
         predicted_dp_cost=dp,
         predicted_loss=loss,
+        raw_rows_held=h * rows,
+        raw_hours_held=raw_hours,
+        selection_slots=slots,
+        epsilon_selection=req.epsilon_selection if slots else 0.0,
+        slot_share=cost["share"] if slots else 0.0,
+        slot_noise_factor=cost["laplace"],
+        epsilon_without_slots=without,
         why=why,
     )
+
+
+def _smallest_epsilon(req: PlanRequest, g: int) -> float | None:
+    """The smallest ε ≤ ``max_epsilon`` (bisection, rounded up to two figures) for which window
+    multiplier g, with its hot period, meets the targets; None if even ``max_epsilon`` does
+    not."""
+    h = hot_windows_for(req, g)[0]
+    m = _retention(req, h)
+    if not _meets(req, g, h, req.max_epsilon, m):
+        return None
+    lo, hi = MIN_EPSILON, req.max_epsilon
+    if _meets(req, g, h, lo, m):
+        hi = lo
+    for _ in range(60):
+        if hi / lo < 1.001:
+            break
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if _meets(req, g, h, mid, m) else (mid, hi)
+    return _round_up(hi, req.max_epsilon)
 
 
 def _round_up(x: float, cap: float) -> float:
