@@ -86,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
         "prints, writes its BENCHMARKS.md section only with --append",
     )
     p.add_argument("--append", action="store_true", help="write a --quick run's section too")
+    p.add_argument(
+        "--drift",
+        action="store_true",
+        help="run the evaluation across drift instead (bench.accuracy.drift; --drift --help)",
+    )
     p.add_argument("--no-append", action="store_true", help="print only")
     p.add_argument("--skip-core", action="store_true", help="leave out (d) and the ablation")
     p.add_argument("--skip-http", action="store_true", help="leave out (b) and (c)")
@@ -236,6 +241,10 @@ def customise(setup: Setup, args: argparse.Namespace, p: argparse.ArgumentParser
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--drift" in argv:  # the split-by-split evaluation across drift: bench.accuracy.drift
+        from bench.accuracy import drift
+
+        return drift.main([a for a in argv if a != "--drift"])
     p = parser()
     args = p.parse_args(argv)
     if not movielens.available():

@@ -1,0 +1,244 @@
+"""The drift evaluation's section of BENCHMARKS.md (``<!-- bench:accuracy-drift -->``): tables
+and one plot (``bench.report``), and the per-split figures as CSV in bench/results/.
+
+Every figure of a count model is computed per noise draw against the same split's prior and
+raw model, then summarised as mean ± s.d. over the draws; a mean over splits is the mean of the
+per-draw means over splits, its spread their s.d. over draws."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench import report
+from bench.report import Plot, Table
+
+KEY = "accuracy-drift"
+TITLE = "Accuracy across drift: count features split by split, base rate and shrinkage"
+RESULTS = report.ROOT / "bench" / "results"
+STREAM_TITLES = {"movielens": "MovieLens 100K", "acs": "ACS employment MA"}
+BASE_RATE = (
+    ("columns", 1, "(a) nothing"),
+    ("shift H=1", 1, "(b) shift to recency-weighted noisy prior, H = 1"),
+    ("shift H=2", 1, "(b) idem, H = 2"),
+    ("shift H=4", 1, "(b) idem, H = 4"),
+    ("shift H=∞", 1, "(b) idem, H = ∞ (all windows)"),
+    ("reweight H=2", 1, "(c) class reweighting to the H = 2 target"),
+    ("columns", 2, "(a) nothing, h = 2"),
+    ("shift H=2", 2, "(b) H = 2, h = 2"),
+    ("prior columns", 2, "(d) noisy prior rates as columns, h = 2"),
+)
+SHRINKAGE = (
+    ("columns", "pseudo-count columns (today's)"),
+    ("empirical Bayes", "empirical-Bayes log-odds"),
+    ("passthrough", "pseudo-count + raw hot-window values"),
+    ("empirical Bayes + passthrough", "empirical Bayes + raw hot-window values"),
+)
+
+
+def figures(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per count model and draw with its split's reference figures and the ratios."""
+    keys = ["stream", "split"]
+    prior = frame[frame.model == "prior"].set_index(keys)
+    raw = frame[frame.model == "raw"].set_index(keys)
+    counts = frame[frame.model == "counts"].copy()
+    idx = pd.MultiIndex.from_frame(counts[keys])
+    counts["ll_prior"] = prior.loc[idx, "ll"].to_numpy()
+    counts["llo_prior"] = prior.loc[idx, "ll_oracle"].to_numpy()
+    counts["ll_raw"] = raw.loc[idx, "ll"].to_numpy()
+    counts["llo_raw"] = raw.loc[idx, "ll_oracle"].to_numpy()
+    counts["auc_raw"] = raw.loc[idx, "auc"].to_numpy()
+    counts["share"] = (counts.ll_prior - counts.ll) / (counts.ll_prior - counts.ll_raw)
+    counts["share_oracle"] = (counts.llo_prior - counts.ll_oracle) / (
+        counts.llo_prior - counts.llo_raw
+    )
+    counts["auc_lift"] = (counts.auc - 0.5) / (counts.auc_raw - 0.5)
+    counts["gap"] = counts.ll - counts.ll_oracle  # what an intercept could still win
+    counts["worse_than_prior"] = counts.ll > counts.ll_prior
+    return counts
+
+
+def per_split(fig: pd.DataFrame) -> pd.DataFrame:
+    """Mean and s.d. over draws per stream, split, hot period and variant."""
+    cols = ["ll", "auc", "ll_oracle", "share", "share_oracle", "auc_lift", "gap"]
+    keys = ["stream", "split", "window", "kind", "hot", "variant"]
+    g = fig.groupby(keys, sort=False)
+    out = g[cols].mean()
+    sd = g[cols].std(ddof=1).add_suffix("_sd")
+    first = ["hot_rate", "test_rate", "ll_prior", "llo_prior", "ll_raw", "llo_raw", "auc_raw"]
+    return pd.concat([g[first].first(), out, sd], axis=1).reset_index()
+
+
+def over_splits(fig: pd.DataFrame, column: str) -> tuple[float, float]:
+    """The mean over splits of ``column``, ± the s.d. over draws of that mean."""
+    by_draw = fig.groupby("draw")[column].mean()
+    return float(by_draw.mean()), float(by_draw.std(ddof=1)) if len(by_draw) > 1 else np.nan
+
+
+def pm(mean: float, sd: float, *, pct: bool = True) -> str:
+    if pct:
+        text = f"{mean * 100:.0f} %"
+        return text if np.isnan(sd) else f"{text} ± {sd * 100:.0f}"
+    text = f"{mean:.4f}"
+    return text if np.isnan(sd) else f"{text} ± {sd:.4f}"
+
+
+def split_table(splits: pd.DataFrame, fig: pd.DataFrame, stream: str) -> Table:
+    rows: list[list[object]] = []
+    s = splits[(splits.stream == stream) & (splits.hot == 1) & (splits.variant == "columns")]
+    for r in s.itertuples():
+        rows.append(
+            [
+                f"{r.window} ({r.kind})",
+                f"{r.hot_rate:.3f} → {r.test_rate:.3f}",
+                f"{r.ll_prior:.4f}",
+                f"{r.ll_raw:.4f}",
+                pm(r.ll, r.ll_sd, pct=False),
+                pm(r.share, r.share_sd),
+                pm(r.share_oracle, r.share_oracle_sd),
+                f"{r.auc_raw:.4f}",
+                pm(r.auc, r.auc_sd, pct=False),
+                pm(r.auc_lift, r.auc_lift_sd),
+            ]
+        )
+    f = fig[(fig.stream == stream) & (fig.hot == 1) & (fig.variant == "columns")]
+    mean = ["**mean**", "", f"{f.ll_prior.mean():.4f}", f"{f.ll_raw.mean():.4f}"]
+    mean += [pm(*over_splits(f, "ll"), pct=False), pm(*over_splits(f, "share"))]
+    mean += [pm(*over_splits(f, "share_oracle")), f"{f.auc_raw.mean():.4f}"]
+    mean += [pm(*over_splits(f, "auc"), pct=False), pm(*over_splits(f, "auc_lift"))]
+    rows.append(mean)
+    header = [
+        "test window",
+        "label rate hot → test",
+        "LL prior",
+        "LL raw",
+        "LL counts",
+        "share of raw gain kept",
+        "after oracle recalibration",
+        "AUC raw",
+        "AUC counts",
+        "AUC lift kept",
+    ]
+    title = f"{STREAM_TITLES.get(stream, stream)}: per split, h = 1 hot window, ε = 1"
+    return Table(header, rows, title)
+
+
+def summary_rows(f: pd.DataFrame, label: str) -> list[object]:
+    per = f.groupby("split")[["share", "ll", "ll_prior"]].mean()
+    worse = int((per.ll > per.ll_prior).sum())
+    return [
+        label,
+        pm(*over_splits(f, "ll"), pct=False),
+        pm(*over_splits(f, "share")),
+        f"{per.share.min() * 100:.0f} %",
+        f"{worse} of {len(per)}",
+        pm(*over_splits(f, "gap"), pct=False),
+        pm(*over_splits(f, "share_oracle")),
+        pm(*over_splits(f, "auc_lift")),
+    ]
+
+
+SUMMARY_HEADER = [
+    "model",
+    "LL (mean over splits)",
+    "share kept",
+    "worst split",
+    "splits worse than the prior",
+    "calibration gap (LL − oracle LL)",
+    "share after oracle recalibration",
+    "AUC lift kept",
+]
+
+
+def hot_table(fig: pd.DataFrame, stream: str) -> Table:
+    rows = []
+    for h in sorted(fig[fig.stream == stream].hot.unique()):
+        f = fig[(fig.stream == stream) & (fig.hot == h) & (fig.variant == "columns")]
+        if len(f):
+            rows.append(summary_rows(f, f"h = {h} hot window{'s' if h > 1 else ''}"))
+    title = f"{STREAM_TITLES.get(stream, stream)}: hot period length (count columns, no fix)"
+    return Table(SUMMARY_HEADER, rows, title)
+
+
+def base_rate_table(fig: pd.DataFrame, stream: str) -> Table:
+    rows = []
+    for variant, h, label in BASE_RATE:
+        f = fig[(fig.stream == stream) & (fig.hot == h) & (fig.variant == variant)]
+        if len(f):
+            rows.append(summary_rows(f, label))
+    title = f"{STREAM_TITLES.get(stream, stream)}: base rate"
+    return Table(SUMMARY_HEADER, rows, title)
+
+
+def shrinkage_table(fig: pd.DataFrame, stream: str) -> Table:
+    rows = []
+    for variant, label in SHRINKAGE:
+        f = fig[(fig.stream == stream) & (fig.hot == 1) & (fig.variant == variant)]
+        if len(f):
+            rows.append(summary_rows(f, label))
+    title = f"{STREAM_TITLES.get(stream, stream)}: shrinkage and raw values (h = 1)"
+    return Table(SUMMARY_HEADER, rows, title)
+
+
+def plot(splits: pd.DataFrame, streams: Sequence[str], path: Path) -> Path:
+    plt = report.pyplot()
+    fig, axes = plt.subplots(1, len(streams), figsize=(6.5 * len(streams), 4.2), squeeze=False)
+    lines = (
+        ("columns", "share", "counts: share of raw gain kept"),
+        ("shift H=2", "share", "counts + shift to noisy prior (H = 2)"),
+        ("passthrough", "share", "counts + raw hot-window values"),
+        ("columns", "share_oracle", "counts after oracle recalibration"),
+        ("columns", "auc_lift", "counts: AUC lift kept"),
+    )
+    for ax, stream in zip(axes[0], streams, strict=True):
+        s = splits[(splits.stream == stream) & (splits.hot == 1)]
+        for variant, col, label in lines:
+            d = s[s.variant == variant]
+            if not len(d):
+                continue
+            x = np.arange(len(d))
+            ax.errorbar(x, d[col] * 100, yerr=d[f"{col}_sd"] * 100, marker="o", capsize=3)
+            ax.lines[-1].set_label(label)
+        names = s[s.variant == "columns"]
+        ax.set_xticks(np.arange(len(names)))
+        ax.set_xticklabels([f"{w}\n{k}" for w, k in zip(names.window, names.kind, strict=True)])
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.axhline(100, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel("% of the raw model's (h = 1, ε = 1)")
+        ax.set_title(STREAM_TITLES.get(stream, stream))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report_parts(frame: pd.DataFrame, *, quick: bool) -> tuple[list[Table | Plot], pd.DataFrame]:
+    fig = figures(frame)
+    splits = per_split(fig)
+    streams = [s for s in STREAM_TITLES if s in set(frame.stream)]
+    parts: list[Table | Plot] = []
+    for stream in streams:
+        parts += [
+            split_table(splits, fig, stream),
+            hot_table(fig, stream),
+            base_rate_table(fig, stream),
+            shrinkage_table(fig, stream),
+        ]
+    suffix = "_quick" if quick else ""
+    png = plot(splits, streams, report.plot_path(f"accuracy_drift{suffix}"))
+    parts.append(Plot("Share of the raw model's gain kept, per split", png))
+    return parts, splits
+
+
+def write(frame: pd.DataFrame, *, command: str, write: bool, quick: bool) -> None:
+    parts, splits = report_parts(frame, quick=quick)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    splits.to_csv(RESULTS / f"accuracy_drift_splits{'_quick' if quick else ''}.csv", index=False)
+    if write:
+        report.write_section(TITLE, parts, command=command, key=KEY)
+    else:
+        print(report.section(TITLE, parts, command=command))
