@@ -21,7 +21,16 @@ from bench.accuracy.plan import make_plan as cuts_plan
 from bench.accuracy.regime import CUTS, TRAINING
 from service.cli.entry import main as cli
 from service.core.dp.budget import budget_split
-from service.core.dp.plan import SNR_CAP, Plan, PlanRequest, dp_cost, make_plan, split
+from service.core.dp.plan import (
+    HOT_PREFERRED,
+    MIN_HOT_ROWS,
+    SNR_CAP,
+    Plan,
+    PlanRequest,
+    dp_cost,
+    make_plan,
+    split,
+)
 from service.core.streamconfig import StreamCreate
 from tests.conftest import shared_data
 
@@ -57,8 +66,11 @@ def test_a_proposal_is_a_valid_stream_whose_split_is_the_plans(n: int, target: d
 
 
 def test_more_observations_never_need_more_epsilon_or_a_longer_window() -> None:
+    """With room for raw data (a year), so that every size is feasible."""
+    year = 366 * 86400
     for target in ({"target_loss": 1.03}, {"target_dp_cost": 1.02}, {"target_dp_cost": 1.05}):
-        proposals = [plan(n, **target) for n in (300, 1000, 3000, 10_000, 30_000, 100_000)]
+        sizes = (300, 1000, 3000, 10_000, 30_000, 100_000)
+        proposals = [plan(n, max_hot_seconds=year, **target) for n in sizes]
         assert all(p.feasible for p in proposals), target
         for small, large in zip(proposals, proposals[1:], strict=False):
             assert large.window_multiplier <= small.window_multiplier, target
@@ -99,13 +111,16 @@ def test_the_guides_command_prints_the_plan(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     expected = make_plan(
         PlanRequest(
-            observations_per_window=1000,
+            observations_per_window=3000,
             cardinalities={"user_id": 943, "movie_id": 1682},
             target_loss=1.03,
         )
     )
     assert out.startswith(f"proposal: laplace epsilon={expected.epsilon:g} per window")
     assert f"sketch {expected.width} x 3" in out and "why:" in out and "movie_id: 1,682 keys" in out
+    assert f"hot_windows={expected.hot_windows}," in out
+    assert f"raw data held (the hot period): {expected.raw_rows_held:,} rows" in out
+    assert "selection: off, max_tables=3 (no slot reserved)" in out
     with pytest.raises(SystemExit, match="cardinalities.user_id: Input should be greater"):
         cli(["privacy", "plan", "--observations-per-window", "10", "--cardinality", "user_id=0"])
 
@@ -171,3 +186,81 @@ def test_the_proposal_meets_its_target_on_the_simulator_at_an_unfitted_size() ->
     # ε/8 cost 1.029 once in CI (2 draws): too close to the target to say "vacuous" reliably
     starved = statistics.fmean(loss(Privacy("laplace", p.epsilon / 30), d) for d in range(2))
     assert starved / clean > target, (starved / clean, p.why)
+
+
+def test_no_slot_is_reserved_unless_selection_is_asked_for() -> None:
+    p = plan(10_000)
+    body = p.stream_body("planned")
+    assert p.selection_slots == 0 and body["max_tables"] == len(ML) + 1
+    assert "epsilon_selection" not in body["privacy"]
+    cfg = StreamCreate.model_validate(body)
+    assert {r["table"] for r in budget_split(cfg)} == {*ML, "(prior)"}  # no "(selected groups)"
+    assert any(w.startswith("slots for selected groups: none") for w in p.why)
+
+
+@pytest.mark.parametrize("slots", [None, 2])
+def test_slots_for_selection_are_planned_with_their_cost(slots: int | None) -> None:
+    """With ``epsilon_selection``: S slots (4 by default) at weight 1 beside the n = 8 tables of
+    mean weight 1; each slot's share 1/(n + S), every table's Laplace scale ×(n + S)/n at the
+    same ε, and the service splits the stream body as planned, the slots included."""
+    p = plan(10_000, epsilon_selection=0.1, selection_slots=slots)
+    s, n = slots or 4, len(ML) + 1
+    assert p.selection_slots == s and p.slot_share == pytest.approx(1 / (n + s))
+    assert p.slot_noise_factor == pytest.approx((n + s) / n)
+    body = p.stream_body("planned")
+    assert body["max_tables"] == n + s and body["privacy"]["epsilon_selection"] == 0.1
+    cfg = StreamCreate.model_validate(body)
+    rows = {r["table"]: r for r in budget_split(cfg)}
+    assert rows["(selected groups)"]["slots"] == s
+    assert rows["(selected groups)"]["share"] == pytest.approx(p.slot_share, rel=1e-6)
+    for t in p.tables:  # the tables get the ε_t planned, the slots the rest
+        assert rows[t.table]["epsilon"] == pytest.approx(t.epsilon, rel=1e-6)
+    assert sum(t.epsilon for t in p.tables) == pytest.approx(p.epsilon * n / (n + s), rel=1e-9)
+    # the slots cost ε: the same window needs less without them
+    assert p.epsilon_without_slots is not None and p.epsilon_without_slots < p.epsilon
+    assert any(f"slots for selected groups: {s}, each" in w for w in p.why)
+
+
+def test_slots_without_selection_are_refused_naming_the_field() -> None:
+    body = {"observations_per_window": 1000, "cardinalities": {"user": 10}}
+    for over in ({"selection_slots": 2}, {"selection_slots": 0, "epsilon_selection": 0.1}):
+        with pytest.raises(ValidationError, match="selection_slots"):
+            PlanRequest.model_validate(body | over)
+
+
+def test_the_hot_period_is_chosen_from_the_rate() -> None:
+    """H = min(budget, max(rows needed, 3)): 3 windows of a fast stream; as many as hold the
+    model's minimum of hot rows on a slow one (hourly windows of 100: 10); never past
+    max_hot_seconds; an explicit hot_windows is kept. The exposure cost is stated."""
+    fast = plan(100_000)
+    assert fast.window_multiplier == 1 and fast.hot_windows == HOT_PREFERRED
+    assert fast.raw_rows_held == 3 * 100_000 and fast.raw_hours_held == pytest.approx(72)
+    assert fast.exposure <= 0.01 + 1e-12
+    assert any(w.startswith(f"exposure cost: {3 * 100_000:,} raw rows held") for w in fast.why)
+    slow = make_plan(
+        PlanRequest(
+            observations_per_window=100,
+            cardinalities={"a": 3, "b": 2},
+            window_seconds=3600,
+            target_dp_cost=1.5,
+        )
+    )
+    assert slow.window_multiplier == 1 and slow.hot_windows == MIN_HOT_ROWS // 100
+    tight = plan(100_000, max_hot_seconds=2 * 86400)
+    assert tight.hot_windows == 2 and tight.raw_hours_held <= 48
+    assert plan(100_000, hot_windows=1).hot_windows == 1  # the override
+    for n in (1000, 3000, 10_000):
+        p = plan(n, max_hot_seconds=5 * 86400)
+        assert p.hot_windows * p.window_seconds <= 5 * 86400, p.why
+
+
+def test_a_raw_data_budget_too_small_says_so() -> None:
+    p = plan(300, target_loss=1.03)  # 7 days of raw rows do not reach the target
+    assert not p.feasible and "max_hot_seconds" in p.why[0]
+    assert p.hot_windows * p.window_seconds <= 7 * 86400
+    assert plan(300, target_loss=1.03, max_hot_seconds=366 * 86400).feasible
+    with pytest.raises(ValidationError, match="max_hot_seconds"):
+        PlanRequest(
+            observations_per_window=10, cardinalities={"a": 2}, max_hot_seconds=3600,
+            window_seconds=86400,
+        )  # fmt: skip
