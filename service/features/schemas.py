@@ -14,4 +14,10 @@ class FeaturizeIn(BaseModel):
 class FeaturizeOut(BaseModel):
     epoch: int
     columns: list[str]
-    rows: list[list[float | None]]
+    rows: list[list[float | str | None]] = Field(
+        description=(
+            "one row per row sent, in the order of columns: floats (null: a numeric "
+            "passthrough value missing), then the strings of the categorical features "
+            "passed through (null when missing)"
+        )
+    )

@@ -142,13 +142,26 @@ async def featurize(*, ctx: AppContext, name: str, rows: Sequence[Mapping[str, o
     fz = await featurizer(ctx=ctx, name=name)
     check_rows(fz.rt, rows, where="rows", max_string=ctx.settings.max_string_length)
     matrix = fz.transform(rows) if len(rows) < 2000 else await asyncio.to_thread(fz.transform, rows)
-    return {"epoch": fz.epoch, "columns": fz.columns, "rows": matrix}
+    out = {"epoch": fz.epoch, "columns": fz.output_columns, "rows": matrix}
+    if fz.value_columns:  # categorical passthrough: strings after the float columns
+        out["values"] = fz.values(rows)
+    return out
 
 
 def featurize_json(out: dict) -> bytes:
     """``featurize``'s answer as JSON: the matrix written by orjson straight from numpy, a
     missing passthrough value (NaN) as null, as orjson writes NaN (byte for byte what
-    converting NaN to None first gave, without the object array; a test pins it)."""
+    converting NaN to None first gave, without the object array; a test pins it). With
+    categorical passthrough values (``values``, column by column), each row is the matrix's
+    row followed by its values (strings, null when missing)."""
+    values = out.get("values")
+    if values:
+        rows = [
+            [*floats, *strings]
+            for floats, strings in zip(out["rows"].tolist(), zip(*values, strict=True), strict=True)
+        ]
+        body = {k: v for k, v in out.items() if k != "values"}
+        return orjson.dumps({**body, "rows": rows})
     matrix = np.ascontiguousarray(out["rows"])  # (orjson takes C-contiguous arrays only)
     return orjson.dumps({**out, "rows": matrix}, option=orjson.OPT_SERIALIZE_NUMPY)
 
@@ -169,6 +182,7 @@ def _schema(fz: Featurizer) -> pa.Schema:
         pa.field("label", pa.string()),
     ]
     fields += [pa.field(c, pa.float64()) for c in fz.columns]
+    fields += [pa.field(c, pa.string()) for c in fz.value_columns]
     return pa.schema(fields, metadata={"selectivity.epoch": str(fz.epoch)})
 
 
@@ -272,6 +286,7 @@ def _batches(
         chunk.labels,
     ]
     arrays += [pa.array(col) for col in columns]
+    arrays += fz.value_arrays(chunk.encoded)
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     return [batch.slice(i, TRAINSET_CHUNK) for i in range(0, max(chunk.n_rows, 1), TRAINSET_CHUNK)]
 

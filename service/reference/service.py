@@ -47,12 +47,9 @@ async def _train_matrix(ctx: AppContext, fz: Featurizer) -> tuple[np.ndarray, np
     ys: list[np.ndarray] = []
     index = fz.rt.label_index
     async for batch in features.train_batches(ctx, fz):
-        cols = batch.schema.names
-        first = cols.index("label") + 1
+        # the float columns only: categorical passthrough values (strings) are not its features
         xs.append(
-            np.column_stack(
-                [batch.column(i).to_numpy(zero_copy_only=False) for i in range(first, len(cols))]
-            )
+            np.column_stack([batch.column(c).to_numpy(zero_copy_only=False) for c in fz.columns])
         )
         ys.append(np.array([index[v] for v in batch.column("label").to_pylist()], np.int64))
     if not xs:

@@ -13,7 +13,7 @@ Column names (stable; ``<t>`` is a table name, ``<l>`` a label):
                     feature's as a float (NaN, JSON null, when missing or not a number), then
                     a categorical feature's as its string form (``canonical_value``: JSON
                     ``196`` and ``"196"`` are ``"196"``, booleans ``true``/``false``; null
-                    when missing): an Arrow dictionary column of strings in the train set, a
+                    when missing): an Arrow string column in the train set, a
                     string in featurize's JSON. The float columns come first, in this order;
                     the categorical values last (``Featurizer.value_columns``)
 

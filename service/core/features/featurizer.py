@@ -218,7 +218,8 @@ class Featurizer:
     def values(self, rows: Sequence[Mapping[str, object]]) -> list[list[str | None]]:
         """The ``value_columns`` of rows, column by column: each categorical passthrough
         feature's string form (``canonical_value``, as the train set's ``value_arrays``), None
-        when missing."""
+        when missing. Privacy: featurize's caller sent these rows: it gets its own values back
+        in canonical form, nothing else (docs/PRIVACY.md, "Raw values as model features")."""
         specs = {f.name: f for f in self.rt.features}
         out: list[list[str | None]] = []
         for name in self.rt.passthrough_categorical:
@@ -227,10 +228,13 @@ class Featurizer:
             out.append([strings[c] for c in e.codes.tolist()])
         return out
 
-    def value_arrays(self, encoded: Mapping[str, Encoded]) -> list[pa.DictionaryArray]:
+    def value_arrays(self, encoded: Mapping[str, Encoded]) -> list[pa.StringArray]:
         """The ``value_columns`` from the features' codes (``encode_columns``, the train set's
-        parsed chunks): Arrow dictionary arrays of strings (int32 indices), null when
-        missing."""
+        parsed chunks): Arrow string arrays, null when missing. Privacy: in the train set these
+        are hot rows' raw values, read from the hot window's keys at each download and kept
+        nowhere else: the release "hot rows in the train set", raw, for ``model`` keys, as long
+        as the hot period (docs/PRIVACY.md, "Raw values as model features"); never the user
+        key (refused at stream creation)."""
         return [value_array(encoded[name]) for name in self.rt.passthrough_categorical]
 
     def transform_encoded(
@@ -483,20 +487,20 @@ def _num(v: object) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else np.nan
 
 
-def value_array(e: Encoded) -> pa.DictionaryArray:
-    """A categorical passthrough column from its codes: a dictionary of the values' strings
-    (``value_strings``), int32 indices, null where the value is missing."""
+def value_array(e: Encoded) -> pa.StringArray:
+    """A categorical passthrough column from its codes: the values' strings
+    (``value_strings``, each distinct one decoded once and taken by code in Arrow), null where
+    the value is missing. A plain string column, not a dictionary one: the train set's Arrow
+    stream is written message by message, with no dictionary batches."""
     strings = value_strings(e.keys)
     codes = e.codes
     mask = None
     if None in strings:
         gone = strings.index(None)
         mask = codes == gone
-        codes = np.where(codes > gone, codes - 1, codes)
-        codes[mask] = 0
-        del strings[gone]
+        codes = np.where(mask, 0, codes)
     indices = pa.array(codes.astype(np.int32, copy=False), pa.int32(), mask=mask)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(strings, pa.string()))
+    return pa.array(strings, pa.string()).take(indices)  # type: ignore[no-any-return]
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
