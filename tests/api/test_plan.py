@@ -38,6 +38,33 @@ async def test_any_key_gets_the_plan_and_the_service_takes_it(api: Api) -> None:
     assert sum(planned.values()) == pytest.approx(out["epsilon"])
 
 
+async def test_a_plan_with_selection_reserves_slots_the_service_splits_as_planned(
+    api: Api,
+) -> None:
+    """Without selection the plan's stream has no slot; with ``epsilon_selection`` it has 4 at
+    the planned share, and the service gives every table and slot the ε the plan computed."""
+    plain = (await api.post("/v1/privacy/plan", "analyst", json=BODY)).json()
+    assert plain["selection_slots"] == 0 and plain["stream"]["max_tables"] == 3
+    r = await api.post("/v1/privacy/plan", "analyst", json=BODY | {"epsilon_selection": 0.2})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["selection_slots"] == 4 and out["stream"]["max_tables"] == 3 + 4
+    assert out["slot_share"] == pytest.approx(1 / 7)
+    assert out["slot_noise_factor"] == pytest.approx(7 / 3)
+    assert out["epsilon_without_slots"] < out["epsilon"]
+    assert out["raw_rows_held"] == out["hot_windows"] * 5000 * out["window_seconds"] // 86400
+    stream = out["stream"] | {"name": unique("planned")}
+    created = await api.post("/v1/streams", json=stream)
+    assert created.status_code == 201, created.text
+    split = await api.get(f"/v1/streams/{stream['name']}/privacy")
+    served = {r["table"]: r for r in _find(split.json(), "budget_split")}
+    for t in out["tables"]:
+        assert served[t["table"]]["epsilon"] == pytest.approx(t["epsilon"], rel=1e-6)
+    slot = served["(selected groups)"]
+    assert slot["slots"] == 4
+    assert slot["epsilon"] == pytest.approx(out["epsilon"] * out["slot_share"], rel=1e-6)
+
+
 def _find(doc: object, key: str) -> list[dict]:
     """The first value under ``key`` anywhere in a JSON document."""
     if isinstance(doc, dict):
@@ -67,6 +94,11 @@ def _find(doc: object, key: str) -> list[dict]:
         ({"max_exposure": 0}, "max_exposure"),
         ({"labels": 1}, "labels"),
         ({"surprise": 1}, "surprise"),
+        ({"selection_slots": 2}, "selection_slots"),  # slots only selection can fill
+        ({"selection_slots": 65, "epsilon_selection": 0.1}, "selection_slots"),
+        ({"epsilon_selection": -1}, "epsilon_selection"),
+        ({"max_hot_seconds": 3600}, "max_hot_seconds"),  # less than one window
+        ({"hot_windows": 0}, "hot_windows"),
     ],
 )
 async def test_bad_input_is_a_422_naming_the_field(api: Api, over: dict, field: str) -> None:
