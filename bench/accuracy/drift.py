@@ -161,9 +161,14 @@ def _score(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
 def evaluate_split(
     name: str, splits: tuple[int, ...] | None, test_window: int, setup: Setup, clock: Clock
 ) -> list[dict[str, Any]]:
+    """``evaluate`` on a named stream (loaded and counted once per worker process)."""
+    return evaluate(_arm(name, splits), test_window, setup, clock)
+
+
+def evaluate(arm: DriftArm, test_window: int, setup: Setup, clock: Clock) -> list[dict[str, Any]]:
     """Every model of one split: the prior and raw models once, the count models per hot
     period length and noise draw, with the base-rate and shrinkage variants."""
-    s, arm = _stream(name, splits), _arm(name, splits)
+    s, name = arm.stream, arm.stream.name
     e = test_window
     test = s.window(e)
     yt = s.y[test]
@@ -348,7 +353,12 @@ def parser() -> argparse.ArgumentParser:
         help="test windows (0-based) of a stream",
     )
     p.add_argument("--from-csv", type=Path, help="re-make the report from a saved run")
-    p.add_argument("--out", type=Path, default=None, help="CSV path (default bench/results/)")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where the CSVs and the plot go (default bench/results/ and bench/plots/)",
+    )
     return p
 
 
@@ -374,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
         changes["splits"] = tuple(args.splits)
     setup = dataclasses.replace(setup, **changes)
     custom = bool(changes)
-    csv = args.out or RESULTS / f"accuracy_drift{'_quick' if setup.quick else ''}.csv"
+    csv = (args.out_dir or RESULTS) / f"accuracy_drift{'_quick' if setup.quick else ''}.csv"
     if args.from_csv:
         frame = pd.read_csv(args.from_csv)
     else:
@@ -383,5 +393,5 @@ def main(argv: list[str] | None = None) -> None:
         frame.to_csv(csv, index=False)
         print(f"done in {elapsed:.0f}s; records in {csv}", flush=True)
     command = " ".join(["selectivity bench accuracy --drift", *argv])
-    write = not (args.no_append or setup.quick or custom)
-    drift_report.write(frame, command=command, write=write, quick=setup.quick)
+    write = not (args.no_append or setup.quick or custom or args.out_dir)
+    drift_report.write(frame, command=command, write=write, quick=setup.quick, out_dir=args.out_dir)

@@ -199,7 +199,8 @@ class DriftArm:
             if name in cats:
                 known = pd.unique(v[train])
                 tr[f"{name}_value"] = pd.Categorical(v[train], categories=known)
-                te[f"{name}_value"] = pd.Categorical(v[test], categories=known)
+                seen = pd.Series(v[test]).where(lambda x: x.isin(known))  # noqa: B023
+                te[f"{name}_value"] = pd.Categorical(seen, categories=known)
             else:
                 tr[f"{name}_value"] = v[train].astype(np.float64)
                 te[f"{name}_value"] = v[test].astype(np.float64)

@@ -216,7 +216,9 @@ def plot(splits: pd.DataFrame, streams: Sequence[str], path: Path) -> Path:
     return path
 
 
-def report_parts(frame: pd.DataFrame, *, quick: bool) -> tuple[list[Table | Plot], pd.DataFrame]:
+def report_parts(
+    frame: pd.DataFrame, *, quick: bool, plots: Path = report.PLOTS
+) -> tuple[list[Table | Plot], pd.DataFrame]:
     fig = figures(frame)
     splits = per_split(fig)
     streams = [s for s in STREAM_TITLES if s in set(frame.stream)]
@@ -229,16 +231,22 @@ def report_parts(frame: pd.DataFrame, *, quick: bool) -> tuple[list[Table | Plot
             shrinkage_table(fig, stream),
         ]
     suffix = "_quick" if quick else ""
-    png = plot(splits, streams, report.plot_path(f"accuracy_drift{suffix}"))
+    png = plot(splits, streams, report.plot_path(f"accuracy_drift{suffix}", plots))
     parts.append(Plot("Share of the raw model's gain kept, per split", png))
     return parts, splits
 
 
-def write(frame: pd.DataFrame, *, command: str, write: bool, quick: bool) -> None:
-    parts, splits = report_parts(frame, quick=quick)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    splits.to_csv(RESULTS / f"accuracy_drift_splits{'_quick' if quick else ''}.csv", index=False)
+def write(
+    frame: pd.DataFrame, *, command: str, write: bool, quick: bool, out_dir: Path | None = None
+) -> pd.DataFrame:
+    """The section (into BENCHMARKS.md when ``write``, else printed), the plot and the
+    per-split CSV (in ``out_dir`` when given); the per-split figures."""
+    parts, splits = report_parts(frame, quick=quick, plots=out_dir or report.PLOTS)
+    results = out_dir or RESULTS
+    results.mkdir(parents=True, exist_ok=True)
+    splits.to_csv(results / f"accuracy_drift_splits{'_quick' if quick else ''}.csv", index=False)
     if write:
         report.write_section(TITLE, parts, command=command, key=KEY)
     else:
         print(report.section(TITLE, parts, command=command))
+    return splits
