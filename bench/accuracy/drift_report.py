@@ -105,7 +105,7 @@ def split_table(splits: pd.DataFrame, fig: pd.DataFrame, stream: str) -> Table:
             ]
         )
     f = fig[(fig.stream == stream) & (fig.hot == 1) & (fig.variant == "columns")]
-    mean = ["**mean**", "", f"{f.ll_prior.mean():.4f}", f"{f.ll_raw.mean():.4f}"]
+    mean: list[object] = ["**mean**", "", f"{f.ll_prior.mean():.4f}", f"{f.ll_raw.mean():.4f}"]
     mean += [pm(*over_splits(f, "ll"), pct=False), pm(*over_splits(f, "share"))]
     mean += [pm(*over_splits(f, "share_oracle")), f"{f.auc_raw.mean():.4f}"]
     mean += [pm(*over_splits(f, "auc"), pct=False), pm(*over_splits(f, "auc_lift"))]
