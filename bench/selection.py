@@ -1,26 +1,27 @@
-"""DP count-table selection on MovieLens 100K (issues 4 and 18): which groups selection picks,
-when, and the reference model's progressive-validation quality with and without them, for each
-candidate score.
+"""DP count-table selection on MovieLens 100K (issues 4 and 18): which groups selection picks, when,
+and the reference model's progressive-validation quality with and without them, for each candidate
+score.
 
-`selectivity bench selection [--quick] [--replays R] [--arms A,B,…]`: per replay, streams replay
-the same ratings in time order through the service (in process, embedded Redis: ``bench.harness``)
-with forced rolls: one without selection (the baseline, measured in the same run) and one per arm:
-`mi` / `aic` run a selection round at every roll of the schedule (the rolls to epochs 2 … 5:
-`selection_rounds` defaults to the 4 free slots) with `epsilon_selection = 1` and that
-`selection_score`, one group per round (`-k2`, `-k4`: that many groups per round, ε_sel split among
-them), with the default `selection_threshold` 0 and `selection_margin` 3 (the public outcome "add
-no table", as one outcome of score 0 + 3β per candidate); `aic-fill` without that outcome (every
-round picks, the rule before it existed), `aic-m0` with the threshold and no margin (the rule
-before the margin), `aic-t1e-3` with the threshold at 1e-3 nats per padded record (3.7 noise scales
-β = 2Δ/ε_sel here) and the margin; `fixed:a+b/c+d` runs no selection but counts the listed groups
-as features from the first window on (each group's values joined into one categorical feature): an
-upper bound on what selecting those groups could give, without the two windows between a pick and
-its first count. After every roll the follow-ups the worker would run (selection round, reference
-model) are run. All streams use the same noise settings; each draws its own noise (CSPRNG), so a
-replay's ratio carries the noise of two streams, and the figure is the mean over replays with its
-standard error. A group picked at the first round (roll to epoch 2) is counted from window 4 and
-featurizes from epoch 6 (epoch e's count period ends at window e − 2), so the figure averages
-epochs ≥ 6; epochs 4-5 (the earlier figure's start) can differ only by noise."""
+`selectivity bench selection [--quick] [--replays R] [--arms A,B,…]`: per replay, streams replay the
+same ratings in time order through the service (in process, embedded Redis: ``bench.harness``) with
+forced rolls: one without selection (the baseline, measured in the same run: its rounds run at
+threshold ``NEVER`` and add no table, as free slots need selection on) and one per arm: `mi` / `aic`
+run a selection round at every roll of the schedule (the rolls to epochs 2 … 5: `selection_rounds`
+defaults to the 4 free slots) with `epsilon_selection = 1` and that `selection_score`, one group per
+round (`-k2`, `-k4`: that many groups per round, ε_sel split among them), with the default
+`selection_threshold` 0 and `selection_margin` 3 (the public outcome "add no table", as one outcome
+of score 0 + 3β per candidate); `aic-fill` without that outcome (every round picks, the rule before
+it existed), `aic-m0` with the threshold and no margin (the rule before the margin), `aic-t1e-3`
+with the threshold at 1e-3 nats per padded record (3.7 noise scales β = 2Δ/ε_sel here) and the
+margin; `fixed:a+b/c+d` picks nothing (``NEVER``) but counts the listed groups as features from the
+first window on (each group's values joined into one categorical feature): an upper bound on what
+selecting those groups could give, without the two windows between a pick and its first count. After
+every roll the follow-ups the worker would run (selection round, reference model) are run. All
+streams use the same noise settings; each draws its own noise (CSPRNG), so a replay's ratio carries
+the noise of two streams, and the figure is the mean over replays with its standard error. A group
+picked at the first round (roll to epoch 2) is counted from window 4 and featurizes from epoch 6
+(epoch e's count period ends at window e − 2), so the figure averages epochs ≥ 6; epochs 4-5 (the
+earlier figure's start) can differ only by noise."""
 
 from __future__ import annotations
 
@@ -40,10 +41,15 @@ from bench.report import Plot, Table, plot_path, pyplot, write_section
 from service.core.streamconfig import PrivacyIn
 
 EPSILON = 5.0  # per-window table budget of every stream (selection's effect is the point here)
+# The threshold of the arms that must never pick: the config's largest, 64 nats per record,
+# above any score (at most log 2 here) by far more than the noise scale, so every round adds no
+# table. A stream must have selection on to hold free slots (the service refuses max_tables above
+# features + 1 otherwise), and every arm keeps the same slots, so the same noise per table.
+NEVER = 64.0
 # arm name -> (epsilon_selection, selection_score, groups_per_round, selection_threshold);
 # "without" is the baseline
 ARMS: dict[str, tuple[float, str, int, float | None]] = {
-    "without": (0.0, "aic", 1, 0.0),
+    "without": (1.0, "aic", 1, NEVER),
     "mi": (1.0, "mi", 1, 0.0),
     "aic": (1.0, "aic", 1, 0.0),
     "aic-fill": (1.0, "aic", 1, None),  # no "add no table" outcome: every round picks
@@ -75,7 +81,7 @@ def _arm(arm: str) -> tuple[float, str, int, float | None, tuple[tuple[str, ...]
                 f"{arm!r}: 1 to {FREE_SLOTS} distinct groups of two or more MovieLens features, "
                 "features joined by '+', groups by '/'"
             )
-        return 0.0, "aic", 1, 0.0, groups
+        return 1.0, "aic", 1, NEVER, groups
     if arm not in ARMS or arm == "without":
         raise ValueError(f"{arm!r}: not an arm of {sorted(set(ARMS) - {'without'})} or 'fixed:…'")
     return (*ARMS[arm], ())
@@ -171,6 +177,8 @@ async def replay(
                     "tables": (await svc.call("GET", f"/streams/{name}/tables", "admin")).json(),
                     "quality": {"epochs": epochs},
                 }
+                if threshold == NEVER and _picked(res, arm):
+                    raise RuntimeError(f"{arm}: a round picked at threshold {NEVER}")
             out.append(res)
             if save is not None:
                 save.write_text(json.dumps(out))
@@ -318,7 +326,8 @@ def main(argv: list[str]) -> None:
         [
             [
                 "streams",
-                "per replay, the same ratings: 'without' selection, and per arm a selection round "
+                "per replay, the same ratings: 'without' selection (its rounds at threshold "
+                f"{NEVER:g}, which no score reaches: no pick), and per arm a selection round "
                 "at every roll: "
                 + "; ".join(
                     f"'{a}' score {ARMS[a][1]}, {ARMS[a][2]} group(s) per round, threshold "

@@ -39,19 +39,19 @@ def test_mean_and_standard_error_over_replays_and_missing_epochs_are_skipped() -
 
 
 def test_arms_are_configured_consistently() -> None:
-    assert bench.ARMS["without"][0] == 0.0
-    for arm, (eps, score, per_round, threshold) in bench.ARMS.items():
+    assert bench.ARMS["without"][3] == bench.NEVER == 64  # the config field's largest
+    for eps, score, per_round, threshold in bench.ARMS.values():
         assert score in ("aic", "mi")
         assert per_round >= 1
-        assert arm == "without" or eps > 0
+        assert eps > 0  # free slots need selection on, in the baseline too
         assert threshold is None or abs(threshold) <= 64  # the config field's limits
     assert bench.ARMS["aic-fill"][3] is None and bench.ARMS["aic"][3] == 0.0
     assert set(bench.DEFAULT_ARMS) <= set(bench.ARMS) - {"without"}
 
 
 def test_fixed_arms_name_groups_of_known_features_within_the_free_slots() -> None:
-    eps, _, _, _, groups = bench._arm("fixed:age+occupation/genres+user_id")
-    assert eps == 0.0  # no selection: the groups are counted from the first window
+    _, _, _, threshold, groups = bench._arm("fixed:age+occupation/genres+user_id")
+    assert threshold == bench.NEVER  # no pick: the groups are counted from the first window
     assert groups == (("age", "occupation"), ("genres", "user_id"))
     assert bench._arm("mi-k4")[:3] == (1.0, "mi", 4)
     for bad in (
