@@ -68,6 +68,7 @@ from bench.accuracy.drift_streams import DriftStream
 from bench.report import ROOT, Clock
 
 RESULTS = ROOT / "bench" / "results"
+HTTP_CSV = RESULTS / "accuracy_drift_http.csv"
 HALF_LIVES = (1.0, 2.0, 4.0, math.inf)  # (b): the recency weights' half-life, in windows
 REWEIGHT_HALF_LIFE = 2.0  # (c) and (d)'s recency-weighted column
 # bench.lgbm's training with one seed and learning rate 0.1 (0.05 there): every model alike;
@@ -354,6 +355,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--from-csv", type=Path, help="re-make the report from a saved run")
     p.add_argument(
+        "--confirm-http",
+        action="store_true",
+        help="only: one configuration over HTTP against the in-process arm "
+        "(bench.accuracy.drift_http); its table goes to bench/results/accuracy_drift_http.csv "
+        "and into the next report",
+    )
+    p.add_argument(
         "--out-dir",
         type=Path,
         default=None,
@@ -384,6 +392,15 @@ def main(argv: list[str] | None = None) -> None:
         changes["splits"] = tuple(args.splits)
     setup = dataclasses.replace(setup, **changes)
     custom = bool(changes)
+    if args.confirm_http:
+        from bench import report
+        from bench.accuracy import drift_http
+
+        table = drift_http.confirm(setup.draws)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(table.rows, columns=list(table.header)).to_csv(HTTP_CSV, index=False)
+        print(report.body([table]))
+        return
     csv = (args.out_dir or RESULTS) / f"accuracy_drift{'_quick' if setup.quick else ''}.csv"
     if args.from_csv:
         frame = pd.read_csv(args.from_csv)

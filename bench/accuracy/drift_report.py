@@ -230,6 +230,11 @@ def report_parts(
             base_rate_table(fig, stream),
             shrinkage_table(fig, stream),
         ]
+    http = RESULTS / "accuracy_drift_http.csv"
+    if not quick and http.exists():
+        confirmed = pd.read_csv(http)
+        title = "HTTP against in process: MovieLens, hot window 80-90 %, next 1,000 ratings, ε = 1"
+        parts.append(Table(list(confirmed.columns), confirmed.to_numpy().tolist(), title))
     suffix = "_quick" if quick else ""
     png = plot(splits, streams, report.plot_path(f"accuracy_drift{suffix}", plots))
     parts.append(Plot("Share of the raw model's gain kept, per split", png))
