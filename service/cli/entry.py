@@ -283,6 +283,8 @@ BENCHES = (
     "selection",
     "selection-acs",
     "seal",
+    "anonymization",
+    "reidentification",
     "scale",
     "dp-audit",
 )
