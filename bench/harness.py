@@ -1,8 +1,9 @@
 """The service in the benchmark's own process, as the tests build it: an embedded Redis and
 SQLite in a temporary directory, the migrations applied, the app context, one key per role and
 an HTTP client on the app (httpx's ASGI transport, no socket). Shared by every benchmark that
-runs the service in process (accuracy's HTTP arm, roll, seal, selection); ``bench speed``
-measures a real server in a subprocess instead (``bench.speed.server``)."""
+runs the service in process (accuracy's HTTP arm, roll, seal, selection, re-identification on
+MovieLens, stream creation); ``bench speed`` measures a real server in a subprocess instead
+(``bench.speed.server``)."""
 
 from __future__ import annotations
 
