@@ -83,8 +83,9 @@ the retained windows (E).
 beside the n = features + 1 tables of mean weight 1 take S/(n + S) of ε, 1/(n + S) each, so the
 tables are planned with ε·n/(n + S) and every table's Laplace scale is (n + S)/n times what it
 would be at the same ε without them (``service.core.dp.budget.slot_cost``); the proposal also
-gives the ε that would meet the target at the same window without the slots. Each selection round costs
-``epsilon_selection`` on the ledger on top (an observation is read by min(H, S) rounds).
+gives the ε that would meet the target at the same window without the slots. Each selection
+round costs ``epsilon_selection`` on the ledger on top (an observation is read by min(H, S)
+rounds).
 """
 
 from __future__ import annotations
