@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,18 @@ def test_the_import_contracts_hold() -> None:
     assert "0 broken" in done.stdout
 
 
+def _imports_inside_functions(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement in the body of a function (at any depth), each once: one walk
+    of the tree (``ast.walk`` of every function walked nested functions again)."""
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if inside and isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        inside = inside or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        stack.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
 def test_no_function_level_imports_of_project_modules() -> None:
     """The command line is the one exception: each command imports its own modules when it
     runs, so that ``selectivity --help`` or a refused port imports no numerical library, app or
@@ -32,20 +45,14 @@ def test_no_function_level_imports_of_project_modules() -> None:
         if cli in path.parents:
             continue
         tree = ast.parse(path.read_text(), str(path))
-        for fn in ast.walk(tree):
-            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            for node in ast.walk(fn):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
-                    "service",
-                    "workers",
-                    "bench",
-                ):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-                if isinstance(node, ast.Import) and any(
-                    a.name.split(".")[0] in ("service", "workers", "bench") for a in node.names
-                ):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        for node in _imports_inside_functions(tree):
+            modules = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+            )
+            if any(m.split(".")[0] in ("service", "workers", "bench") for m in modules):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
 
 
