@@ -291,6 +291,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.slow  # a real server in a subprocess
 def test_a_real_server_logs_no_value_on_its_500s(
     tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, backend: Backend
 ) -> None:

@@ -235,6 +235,7 @@ async def test_tables_wait_for_the_counter_and_a_roll_counts_the_rest(api: Api) 
     assert prior_of(raw).tolist() == [0, 3]
 
 
+@pytest.mark.slow  # the real worker, counting every stream of the session
 async def test_the_counting_cron_enqueues_one_job_per_stream_and_the_worker_counts_them(
     api: Api,
 ) -> None:

@@ -149,6 +149,7 @@ def _refs(cfg):
     )
 
 
+@pytest.mark.slow  # a brute-force search over 4,368 data sets, 10 to 20 s each
 @pytest.mark.parametrize(("c", "calibration"), [(1, "max_c_2"), (2, "max_c_2"), (1, "c")])
 async def test_no_neighbour_exceeds_the_reported_per_observation_guarantee(
     api: Api, c: int, calibration: str
@@ -179,6 +180,7 @@ async def test_no_neighbour_exceeds_the_reported_per_observation_guarantee(
     assert user_tables["parameters"]["epsilon_per_window"] <= 1.0 + 1e-12
 
 
+@pytest.mark.slow  # a brute-force search over 4,368 data sets, 10 to 20 s each
 @pytest.mark.parametrize("calibration", ["max_c_2", "c"])
 async def test_gaussian_no_neighbour_exceeds_the_reported_rho(api: Api, calibration: str) -> None:
     """Gaussian: a pair at L2 distance Δ is (Δ²/2σ²)-zCDP; the ledger's per-observation ρ of the

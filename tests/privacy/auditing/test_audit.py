@@ -41,6 +41,7 @@ def planted_cases() -> list[m.Case]:
     return suite.planted_cases()
 
 
+@pytest.mark.slow  # builds every audited case (seconds), as the two audits below
 def test_every_mechanism_is_covered(service_cases: list[m.Case]) -> None:
     names = " | ".join(c.mechanism for c in service_cases)
     for what in (
@@ -62,6 +63,7 @@ def test_every_mechanism_is_covered(service_cases: list[m.Case]) -> None:
     } <= relations
 
 
+@pytest.mark.slow  # 200,000 releases per input of every mechanism
 def test_every_mechanism_keeps_its_claim(service_cases: list[m.Case]) -> None:
     results = [suite.audit(c, releases=_releases(c), confidence=CONFIDENCE) for c in service_cases]
     failed = [r.row() for r in results if not r.passed]
@@ -81,6 +83,7 @@ def test_every_mechanism_keeps_its_claim(service_cases: list[m.Case]) -> None:
     assert tight and all(r.tightness > 0.5 for r in tight), [r.row() for r in tight]
 
 
+@pytest.mark.slow  # 200,000 releases per input of every planted bug
 def test_every_planted_bug_fails(planted_cases: list[m.Case]) -> None:
     assert len(planted_cases) == 4
     for case in planted_cases:
