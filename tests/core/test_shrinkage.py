@@ -181,7 +181,7 @@ def test_between_variance_of_keys_that_share_the_prior_is_small() -> None:
 
 
 def test_between_variance_of_noise_alone_is_zero() -> None:
-    """A table holding nothing but noise: no cell passes the total's threshold (4σ over the
+    """A table holding nothing but noise: no cell passes the total's threshold (6σ over the
     labels) but by chance, so τ² is 0 or tiny: every key is shrunk to the prior."""
     rng = np.random.default_rng(9)
     table = np.rint(20.0 * rng.standard_normal((2, 3, 1 << 14))).astype(np.int64)
@@ -264,9 +264,7 @@ def by_hand(fz: Featurizer, rows_: Sequence[dict[str, object]]) -> np.ndarray:
         est = estimate(cells, b, s, spec)
         cell_var = rt.noise.variance_for(1.0) * fz.agg.n_windows
         sigma2 = cell_var * MEDIAN_VARIANCE[spec.depth - 1]
-        tau2 = between_variance(
-            cells.reshape(spec.shape), prior=fz.prior, cell_variance=cell_var, sigma2=sigma2
-        )
+        tau2 = between_variance(cells.reshape(spec.shape), prior=fz.prior, cell_variance=cell_var)
         counts, total, p, logodds, backoff = derived_columns(
             est,
             prior=fz.prior,

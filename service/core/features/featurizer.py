@@ -540,7 +540,5 @@ def _shrinkage(
     shape = (spec.n_labels, spec.depth, spec.width)
     for j, start in enumerate(offsets.tolist()):
         table = cells[start : start + spec.cells].reshape(shape)
-        tau2s[j] = between_variance(
-            table, prior=prior, cell_variance=cell_vars[j], sigma2=float(sigma2s[j])
-        )
+        tau2s[j] = between_variance(table, prior=prior, cell_variance=cell_vars[j])
     return sigma2s, tau2s
