@@ -135,3 +135,14 @@ async def test_the_values_leave_with_the_hot_period(api: Api) -> None:
     r = await api.get(f"/v1/streams/{name}/trainset", role="model")
     table = pa.ipc.open_stream(r.content).read_all()
     assert table.num_rows == 0 and "item:value" in table.column_names
+
+
+async def test_the_python_client_reads_the_string_columns(api: Api) -> None:
+    from selectivity_client import _core
+
+    name = await _setup(api)
+    r = await api.post(f"/v1/streams/{name}/featurize", role="model", json={"rows": HOT_ROWS})
+    table = _core.features_table([r.json()])
+    assert table.schema.field("item:value").type == pa.string()
+    assert table.schema.field("age:value").type == pa.float64()
+    assert table.column("item:value").to_pylist() == ["x", None, "196"]

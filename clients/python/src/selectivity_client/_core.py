@@ -137,12 +137,19 @@ def check_key(key: str) -> str:
 
 
 def features_table(payloads: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """The featurize answers (in order) as one float64 table; epoch in its schema metadata."""
+    """The featurize answers (in order) as one table, float64 columns but for those holding
+    strings (the raw values of categorical features passed through: string columns, as in
+    the train set; one whose values are all missing reads as float64 nulls); epoch in its
+    schema metadata."""
     columns = list(payloads[0]["columns"])
     rows = [row for p in payloads for row in p["rows"]]
-    arrays = [pa.array([r[j] for r in rows], type=pa.float64()) for j in range(len(columns))]
+    values = [[r[j] for r in rows] for j in range(len(columns))]
+    types = [
+        pa.string() if any(isinstance(v, str) for v in col) else pa.float64() for col in values
+    ]
+    arrays = [pa.array(col, type=t) for col, t in zip(values, types, strict=True)]
     schema = pa.schema(
-        [pa.field(c, pa.float64()) for c in columns],
+        [pa.field(c, t) for c, t in zip(columns, types, strict=True)],
         metadata={EPOCH_KEY: str(payloads[0]["epoch"]).encode()},
     )
     return pa.Table.from_arrays(arrays, schema=schema)
