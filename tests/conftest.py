@@ -48,6 +48,43 @@ ROLES = ("admin", "producer", "model", "analyst")
 BACKENDS = ["embedded"] + (["servers"] if REDIS_URL or DATABASE_URL else [])
 
 
+# The fast set (`make test-fast`, ``-m "not slow"``) runs every property test with a fifth of
+# its examples (at least 10); ``make test`` runs the counts each test states.
+FAST_SET = "not slow"
+FAST_EXAMPLES_DIVISOR = 5
+FAST_EXAMPLES_MIN = 10
+
+
+def _fast_set(config: pytest.Config) -> bool:
+    return " ".join(str(config.getoption("markexpr") or "").split()) == FAST_SET
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if _fast_set(config):
+        return (
+            f"hypothesis: the fast set, max_examples / {FAST_EXAMPLES_DIVISOR} "
+            f"(at least {FAST_EXAMPLES_MIN}); `make test` runs the full counts"
+        )
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _fast_set(config):
+        return
+    from hypothesis import settings
+
+    done: set[int] = set()
+    for item in items:
+        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        if not getattr(test, "is_hypothesis_test", False) or id(test) in done:
+            continue
+        done.add(id(test))  # once per function, however many parameters it has
+        full = test._hypothesis_internal_use_settings  # type: ignore[union-attr]
+        fewer = max(FAST_EXAMPLES_MIN, full.max_examples // FAST_EXAMPLES_DIVISOR)
+        if fewer < full.max_examples:
+            test._hypothesis_internal_use_settings = settings(full, max_examples=fewer)  # type: ignore[union-attr]
+
+
 def unavailable(why: str, *, required_by: str) -> NoReturn:
     """Skip the test, saying why; but when the environment variable ``required_by`` is 1
     (``.ci/run`` sets it), fail it: in CI nothing it needs may be missing."""
