@@ -161,7 +161,8 @@ class Client:
     ) -> Any:
         """Count features of ``rows`` (dicts, a DataFrame or a pyarrow Table of raw feature
         values), in row order, one float column per feature column of the service (NaN/null
-        where a value is missing). A DataFrame when pandas is installed (``attrs
+        where a value is missing), a string column for each categorical feature passed
+        through (its raw value). A DataFrame when pandas is installed (``attrs
         ["selectivity_epoch"]``), else a pyarrow Table (epoch in its schema metadata); choose
         with ``output="pandas" | "arrow" | "records"``. With ``model_id``, raises
         ``RetrainRequired`` once that model is past its retrain grace period. Batches of
@@ -188,7 +189,8 @@ class Client:
 
     def train_set(self, *, stream: str | None = None, model_id: str | None = None) -> pa.Table:
         """The hot period, featurized (Arrow IPC, read as it streams in): ``id``,
-        ``event_time``, ``window``, ``label`` and the float feature columns. Its epoch (the
+        ``event_time``, ``window``, ``label`` and the feature columns (float; string for
+        categorical features passed through). Its epoch (the
         ``X-Selectivity-Epoch`` header) is in the schema metadata: ``epoch_of(table)``. With
         ``model_id``, the service records that model as trained at this epoch."""
         s = self.settings
