@@ -69,7 +69,8 @@ def per_split(fig: pd.DataFrame) -> pd.DataFrame:
     out = g[cols].mean()
     sd = g[cols].std(ddof=1).add_suffix("_sd")
     first = ["hot_rate", "test_rate", "ll_prior", "llo_prior", "ll_raw", "llo_raw", "auc_raw"]
-    return pd.concat([g[first].first(), out, sd], axis=1).reset_index()
+    out = pd.concat([g[first].first(), out, sd], axis=1).reset_index()
+    return out.sort_values(["stream", "split", "hot"], kind="stable").reset_index(drop=True)
 
 
 def over_splits(fig: pd.DataFrame, column: str) -> tuple[float, float]:
