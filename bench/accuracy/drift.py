@@ -31,8 +31,9 @@ reweighting of the train rows to that target (the label-shift correction of Saer
 (1 − target) / (1 − hot rate)); (d) the noisy prior rates as columns (the previous window's
 rate and the H = 2 recency-weighted rate of the windows before the row's; needs ≥ 2 hot
 windows to vary). Shrinkage: the empirical-Bayes columns (``featurize.shrinkage``) against
-today's, and every feature's raw hot-window value as a model feature (``passthrough``), at
-h = 1.
+today's (h = 1), and every feature's raw hot-window value as a model feature
+(``passthrough``; every h). As a reference, **raw-hot**: LightGBM on the hot period's raw
+rows alone (no counts).
 
 LightGBM as ``bench.lgbm`` trains it, but one seed per model (the spread comes from the noise
 draws; three seeds on 200,000 ACS rows took 86 s a fit here) and learning rate 0.1 (0.05
@@ -206,6 +207,12 @@ def evaluate(arm: DriftArm, test_window: int, setup: Setup, clock: Clock) -> lis
     hots = [h for h in setup.hots if e - h >= 1]
     eb = shrinkage_module() is not None
     exact = {h: arm.exact(e - h) for h in hots}
+    for h in hots:  # the hot period's raw rows alone (no counts, no noise): a reference
+        hot_rows = s.rows(e - h, e)
+        p_hot, rounds = lgbm.fit_predict(
+            raw.iloc[hot_rows], s.y[hot_rows], raw.iloc[test], TRAINING
+        )
+        add("raw-hot", "raw hot period only", h, -1, p_hot, rounds=rounds)
     for draw in range(setup.draws):
         started = time.perf_counter()
         noise = arm.draw([e - h for h in hots], n_windows=e)
@@ -244,28 +251,26 @@ def evaluate(arm: DriftArm, test_window: int, setup: Setup, clock: Clock) -> lis
                 p_w, rounds = fit(x_tr, x_te, w)
                 variant = f"reweight H={half_life_text(REWEIGHT_HALF_LIFE)}"
                 add("counts", variant, h, draw, p_w, rounds=rounds, target=target, base=base)
-                pt_tr, pt_te = arm.passthrough(train, test)
-                both_tr = with_columns(x_tr, pt_tr)
-                both_te = with_columns(x_te, pt_te)
-                p_pt, rounds = fit(both_tr, both_te)
-                add("counts", "passthrough", h, draw, p_pt, rounds=rounds, base=base)
-                if eb:
-                    rt_eb = arm.runtime(h, "empirical_bayes")
-                    e_tr, e_te = arm.columns(rt_eb, cells, prior_counts, k, [train, test])
-                    p_eb, rounds = fit(e_tr, e_te)
-                    add("counts", "empirical Bayes", h, draw, p_eb, rounds=rounds, base=base)
-                    eb_tr = with_columns(e_tr, pt_tr)
-                    eb_te = with_columns(e_te, pt_te)
-                    p_ebp, rounds = fit(eb_tr, eb_te)
-                    add(
-                        "counts",
-                        "empirical Bayes + passthrough",
-                        h,
-                        draw,
-                        p_ebp,
-                        rounds=rounds,
-                        base=base,
-                    )
+            pt_tr, pt_te = arm.passthrough(train, test)
+            p_pt, rounds = fit(with_columns(x_tr, pt_tr), with_columns(x_te, pt_te))
+            add("counts", "passthrough", h, draw, p_pt, rounds=rounds, base=base)
+            if h == 1 and eb:
+                rt_eb = arm.runtime(h, "empirical_bayes")
+                e_tr, e_te = arm.columns(rt_eb, cells, prior_counts, k, [train, test])
+                p_eb, rounds = fit(e_tr, e_te)
+                add("counts", "empirical Bayes", h, draw, p_eb, rounds=rounds, base=base)
+                eb_tr = with_columns(e_tr, pt_tr)
+                eb_te = with_columns(e_te, pt_te)
+                p_ebp, rounds = fit(eb_tr, eb_te)
+                add(
+                    "counts",
+                    "empirical Bayes + passthrough",
+                    h,
+                    draw,
+                    p_ebp,
+                    rounds=rounds,
+                    base=base,
+                )
             if h == 2:
                 c_tr = prior_columns(s, released, range(k, e), len(y_train))
                 c_te = prior_columns(s, released, [e], len(yt))

@@ -8,7 +8,8 @@ configuration validated by ``StreamCreate`` (one table per feature, ``max_tables
 (``count_increments``), one noise draw per window and table (``sample_noise`` at the table's
 ``noise.scale_for``; the prior table at its own weight), the columns derived as ``featurize``
 derives them (count-median ``estimate``, the back-off threshold from ``noise.variance_for``,
-``derived_columns`` or the empirical-Bayes columns, ``assemble``).
+``derived_columns``, with the empirical-Bayes σ² and τ² of the featurizer's ``_shrinkage``
+when ``featurize.shrinkage`` asks for them, ``assemble``).
 
 Sketches are linear: the count period's aggregate when windows 0 .. k-1 are counted is the
 increments of their rows plus the sum of their per-window noise. Every window's prior table
@@ -21,6 +22,7 @@ import functools
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -155,7 +157,17 @@ class DriftArm:
         settings = rt.config.featurize
         shrink = shrinkage_module() if settings.shrinkage == "empirical_bayes" else None
         blocks: list[list[Any]] = [[] for _ in rows]
-        for t, table_cells, (buckets, signs) in zip(rt.tables, cells, self.hashes, strict=True):
+        eb_params = None
+        if shrink is not None:  # σ² and τ² per table, by the featurizer's own code
+            from service.core.features import featurizer
+
+            stacked = np.concatenate(cells)
+            offsets = np.arange(len(cells), dtype=np.int64) * rt.spec.cells
+            agg = SimpleNamespace(n_windows=k)
+            eb_params = featurizer._shrinkage(rt, agg, stacked, offsets, prior, None)  # type: ignore[arg-type]
+        for j, (t, table_cells, (buckets, signs)) in enumerate(
+            zip(rt.tables, cells, self.hashes, strict=True)
+        ):
             variance = rt.noise.variance_for(rt.weight_of(t))
             thr = backoff_threshold(
                 noise_variance=variance,
@@ -166,20 +178,8 @@ class DriftArm:
             by_key = estimate(table_cells, buckets, signs, rt.spec)
             codes = self.encoded[t.features[0]].codes
             eb: dict[str, Any] = {}
-            if shrink is not None:  # as the featurizer: σ² of a key's estimate, τ² per label
-                cell_variance = variance * k
-                sigma2 = cell_variance * shrink.MEDIAN_VARIANCE[rt.spec.depth - 1]
-                if settings.eb_variance is not None:
-                    tau2 = np.full(rt.spec.n_labels, float(settings.eb_variance))
-                else:
-                    shape = (rt.spec.n_labels, rt.spec.depth, rt.spec.width)
-                    tau2 = shrink.between_variance(
-                        table_cells.reshape(shape),
-                        prior=prior,
-                        cell_variance=cell_variance,
-                        sigma2=sigma2,
-                    )
-                eb = {"sigma2": sigma2, "tau2": tau2}
+            if eb_params is not None:
+                eb = {"sigma2": eb_params[0][j], "tau2": eb_params[1][j]}
             for out, sl in zip(blocks, rows, strict=True):
                 est = by_key[codes[sl]]
                 out.append(

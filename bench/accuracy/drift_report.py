@@ -31,6 +31,11 @@ BASE_RATE = (
     ("shift H=2", 2, "(b) H = 2, h = 2"),
     ("prior columns", 2, "(d) noisy prior rates as columns, h = 2"),
 )
+HOT_ROWS = (
+    ("columns", "count columns"),
+    ("passthrough", "count columns + raw hot values"),
+    ("raw hot period only", "LightGBM on the hot period's raw rows alone"),
+)
 SHRINKAGE = (
     ("columns", "pseudo-count columns (today's)"),
     ("empirical Bayes", "empirical-Bayes log-odds"),
@@ -44,7 +49,7 @@ def figures(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["stream", "split"]
     prior = frame[frame.model == "prior"].set_index(keys)
     raw = frame[frame.model == "raw"].set_index(keys)
-    counts = frame[frame.model == "counts"].copy()
+    counts = frame[frame.model.isin(["counts", "raw-hot"])].copy()
     idx = pd.MultiIndex.from_frame(counts[keys])
     counts["ll_prior"] = prior.loc[idx, "ll"].to_numpy()
     counts["llo_prior"] = prior.loc[idx, "ll_oracle"].to_numpy()
@@ -156,11 +161,12 @@ SUMMARY_HEADER = [
 
 def hot_table(fig: pd.DataFrame, stream: str) -> Table:
     rows = []
-    for h in sorted(fig[fig.stream == stream].hot.unique()):
-        f = fig[(fig.stream == stream) & (fig.hot == h) & (fig.variant == "columns")]
-        if len(f):
-            rows.append(summary_rows(f, f"h = {h} hot window{'s' if h > 1 else ''}"))
-    title = f"{STREAM_TITLES.get(stream, stream)}: hot period length (count columns, no fix)"
+    for variant, label in HOT_ROWS:
+        for h in sorted(fig[fig.stream == stream].hot.unique()):
+            f = fig[(fig.stream == stream) & (fig.hot == h) & (fig.variant == variant)]
+            if len(f):
+                rows.append(summary_rows(f, f"{label}, h = {h}"))
+    title = f"{STREAM_TITLES.get(stream, stream)}: hot period length h (windows)"
     return Table(SUMMARY_HEADER, rows, title)
 
 

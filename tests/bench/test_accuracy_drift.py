@@ -113,11 +113,14 @@ def test_a_split_end_to_end(tmp_path: Path) -> None:
     setup = drift.Setup(streams=("synthetic",), hots=(1, 2), draws=2)
     records = drift.evaluate(arm, 5, setup, Clock())
     frame = pd.DataFrame(records)
-    assert set(frame.model) == {"prior", "raw", "counts"}
+    assert set(frame.model) == {"prior", "raw", "raw-hot", "counts"}
     counts = frame[frame.model == "counts"]
     assert set(counts.draw) == {0, 1} and set(counts.hot) == {1, 2}
     variants = set(counts.variant)
     assert {"columns", "reweight H=2", "passthrough", "prior columns", "shift H=∞"} <= variants
+    if drift_arm.shrinkage_module() is not None:
+        assert {"empirical Bayes", "empirical Bayes + passthrough"} <= variants
+    assert set(frame[frame.model == "raw-hot"].hot) == {1, 2}
     assert counts.target.dropna().between(0, 1).all()
     # the raw model trains on every row before the test window: it beats the prior here
     prior, raw = frame[frame.model == "prior"].iloc[0], frame[frame.model == "raw"].iloc[0]
