@@ -178,8 +178,8 @@ class DriftArm:
             by_key = estimate(table_cells, buckets, signs, rt.spec)
             codes = self.encoded[t.features[0]].codes
             eb: dict[str, Any] = {}
-            if eb_params is not None and eb_params[1] is not None:
-                sigma2s, tau2s = eb_params
+            sigma2s, tau2s = eb_params if eb_params is not None else (None, None)
+            if tau2s is not None:
                 eb = {"sigma2": None if sigma2s is None else sigma2s[j], "tau2": tau2s[j]}
             for out, sl in zip(blocks, rows, strict=True):
                 est = by_key[codes[sl]]
