@@ -100,6 +100,7 @@ TRAINING = lgbm.Training(
     params=tuple((k, 0.1 if k == "learning_rate" else v) for k, v in lgbm.PARAMS), seeds=(7,)
 )
 RESULTS = ROOT / "bench" / "results"
+PLACEBO = "copy:"  # the oracle's placebo rows: a single table counted twice
 QUICK_FEATURES = ("AGEP", "SCHL", "MAR", "RELP", "DIS", "SEX")
 
 
@@ -381,6 +382,17 @@ def oracle(t: AcsTables, splits: Sequence[int], say: Clock) -> list[dict[str, An
         base, base_auc = d.evaluate(h, [])
         rows.append({"split": h, "pair": "", "log_loss": base, "auc": base_auc, "gain_pct": 0.0})
         t0 = time.perf_counter()
+        for f in t.names:  # placebos: a second copy of a single table adds no information
+            ll, auc = d.evaluate(h, [((f,), 1)])
+            rows.append(
+                {
+                    "split": h,
+                    "pair": f"{PLACEBO}{f}",
+                    "log_loss": ll,
+                    "auc": auc,
+                    "gain_pct": 100 * (base - ll) / base,
+                }
+            )
         for pair in itertools.combinations(t.names, 2):
             ll, auc = d.evaluate(h, [(pair, 1)])
             rows.append(
@@ -396,11 +408,37 @@ def oracle(t: AcsTables, splits: Sequence[int], say: Clock) -> list[dict[str, An
     return rows
 
 
+def per_split(rows: list[dict[str, Any]], splits: Sequence[int]) -> list[list[object]]:
+    """Per split: the log-loss without pairs, the pairs' gains (best, median, how many ≥ 1 %)
+    and the placebos' (min … max): what adding a table does by itself to the model."""
+    out: list[list[object]] = []
+    for h in splits:
+        mine = [r for r in rows if r["split"] == h and r["pair"]]
+        pairs = [r for r in mine if not r["pair"].startswith(PLACEBO)]
+        placebo = [r["gain_pct"] for r in mine if r["pair"].startswith(PLACEBO)]
+        best = max(pairs, key=lambda r: r["gain_pct"])
+        base = next(r["log_loss"] for r in rows if r["split"] == h and not r["pair"])
+        out.append(
+            [
+                f"{h} → {h + 1}",
+                f"{base:.4f}",
+                f"{best['pair']} {best['gain_pct']:+.2f} %",
+                f"{statistics.median(r['gain_pct'] for r in pairs):+.2f} %",
+                sum(r["gain_pct"] >= 1 for r in pairs),
+                f"{min(placebo):+.2f} … {max(placebo):+.2f} % (median "
+                f"{statistics.median(placebo):+.2f})"
+                if placebo
+                else "—",
+            ]
+        )
+    return out
+
+
 def ranking(rows: list[dict[str, Any]]) -> list[tuple[str, float, list[float]]]:
     """Pairs by mean gain over splits, best first: (pair, mean %, per split %)."""
     by: dict[str, list[float]] = {}
     for r in rows:
-        if r["pair"]:
+        if r["pair"] and not r["pair"].startswith(PLACEBO):
             by.setdefault(r["pair"], []).append(r["gain_pct"])
     return sorted(((p, statistics.fmean(g), g) for p, g in by.items()), key=lambda x: -x[1])
 
@@ -610,10 +648,22 @@ def report(
             " ".join(f"{base[h]:.4f}" for h in splits),
         ]
     )
+    split_tab = Table(
+        [
+            "split",
+            "log-loss without",
+            "best pair",
+            "median pair",
+            "pairs ≥ 1 %",
+            "placebo: a single table twice",
+        ],  # fmt: skip
+        per_split(orc, splits),
+        "1. Oracle per split, no noise: log-loss gain of one more table",
+    )
     oracle_tab = Table(
         ["rank", "pair added", "log-loss gain, mean over splits", "per split (%)"],
         oracle_rows,
-        f"1. Oracle, no noise: the best of {len(ranked)} pair tables",
+        f"Oracle, no noise: the best of {len(ranked)} pair tables, mean over splits",
     )
     keys = sorted({(r["arm"], r["timing"]) for r in sel}, key=lambda k: _order(k[0], k[1]))
     sel_rows = []
@@ -691,7 +741,7 @@ def report(
         agreement,
         "Which score ranks the pairs as the oracle does",
     )
-    return [setup, oracle_tab, sel_tab, picks, diag, agree]
+    return [setup, split_tab, oracle_tab, sel_tab, picks, diag, agree]
 
 
 def _ranked_picks(groups: str, ranked: list[tuple[str, float, list[float]]]) -> str:

@@ -79,10 +79,10 @@ def test_quick_mode_writes_its_section_and_csvs(tmp_path: Path) -> None:
     selection_acs.main(["--quick", "--draws", "1", "--out", str(out)])
     text = out.read_text()
     assert "<!-- bench:selection-acs -->" in text and "<!-- /bench:selection-acs -->" in text
-    assert "1. Oracle, no noise: the best of 15 pair tables" in text
+    assert "Oracle, no noise: the best of 15 pair tables" in text
     with (tmp_path / "selection_acs_quick_oracle.csv").open() as f:
         oracle = list(csv.DictReader(f))
-    assert len(oracle) == 1 + 15  # without, then every pair of the 6 features
+    assert len(oracle) == 1 + 6 + 15  # without, a copy of each single table, every pair
     with (tmp_path / "selection_acs_quick_selection.csv").open() as f:
         sel = list(csv.DictReader(f))
     arms = {r["arm"] for r in sel}
