@@ -16,7 +16,7 @@ from service.errors import (
     error_responses,
 )
 from service.features import service
-from service.features.schemas import FeaturizeIn, FeaturizeOut
+from service.features.schemas import FeaturizeIn, FeaturizeOut, LabelRatesOut
 from service.models import service as models
 
 router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRoute)
@@ -39,6 +39,28 @@ async def featurize(
         await models.check_serving(ctx=ctx, name=stream, model_id=body.model_id)
     out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)
     return Response(service.featurize_json(out), media_type="application/json")
+
+
+@router.get(
+    "/{stream}/label-rates",
+    response_model=LabelRatesOut,
+    responses=error_responses(NotFound, ValidationError, Unavailable),
+)
+async def label_rates(
+    ctx: CtxDep,
+    _: ModelKey,
+    stream: str = StreamPath,
+    half_life: float = Query(
+        default=2.0, gt=0, le=1000, description="windows after which a window weighs half"
+    ),
+) -> dict:
+    """The label rate's history: each window of the served epoch's count period with its
+    noisy label counts (the prior table featurize reads, per window), oldest first, and the
+    rates pooled over them (``recent``: weighted 2^(−age/half_life)). A model trained on the
+    hot period has that period's base rate; where the rate moves, a client may shift its
+    predictions toward ``recent`` (docs/USING.md, "Base rate"). Post-processing of released
+    noisy tables: no privacy cost."""
+    return await service.label_rates(ctx=ctx, name=stream, half_life=half_life)
 
 
 @router.get(

@@ -47,6 +47,7 @@ CLASSES: dict[tuple[str, str], str] = {
     ("POST", "/v1/privacy/sampling-k-anonymity"): "compute",
     ("POST", "/v1/privacy/plan"): "compute",
     ("GET", "/v1/streams/{stream}/privacy"): "compute",
+    ("GET", "/v1/streams/{stream}/label-rates"): "compute",
     ("GET", "/v1/queues/{queue}/privacy"): "compute",
     ("GET", "/v1/admin/audit/verify"): "compute",
     ("POST", "/v1/anonymizations"): "jobs",

@@ -21,3 +21,23 @@ class FeaturizeOut(BaseModel):
             "passed through (null when missing)"
         )
     )
+
+
+class WindowRates(BaseModel):
+    window: int
+    counts: dict[str, int] = Field(description="the window's noisy label counts (may be < 0)")
+    rates: dict[str, float] = Field(description="add-one smoothed: (max(c, 0) + 1) / (Σ + L)")
+
+
+class LabelRatesOut(BaseModel):
+    epoch: int = Field(description="the served epoch, whose count period the windows are")
+    half_life_windows: float
+    noise_sd: float = Field(description="the noise's standard deviation in one window's count")
+    windows: list[WindowRates] = Field(description="oldest first")
+    recent: dict[str, float] = Field(
+        description=(
+            "the label rates pooled over the windows with weights 2^(−age / half_life_windows), "
+            "age 0 the newest"
+        )
+    )
+    pooled: dict[str, float] = Field(description="the label rates pooled over every window")

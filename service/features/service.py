@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import orjson
@@ -22,7 +23,9 @@ import pyarrow.parquet as pq
 
 from service.context import AppContext
 from service.core.features import hotrows
+from service.core.features.columns import prior_probabilities
 from service.core.features.featurizer import Featurizer
+from service.core.tables import cells as cell_codec
 from service.errors import PayloadTooLarge, Unavailable
 from service.features import pointer
 from service.streams import service as streams
@@ -146,6 +149,49 @@ async def featurize(*, ctx: AppContext, name: str, rows: Sequence[Mapping[str, o
     if fz.value_columns:  # categorical passthrough: strings after the float columns
         out["values"] = fz.values(rows)
     return out
+
+
+async def label_rates(*, ctx: AppContext, name: str, half_life: float) -> dict:
+    """The label rate's history the service holds: each window of the served epoch's count
+    period with its noisy prior table (label counts), and rates pooled over them, recent
+    windows weighted more (``half_life`` windows). A model trained on the hot period inherits
+    its base rate; a client that expects the rate to move can shift its predictions toward
+    ``recent`` (docs/USING.md, "Base rate"). Only windows of the count period: their tables
+    are final, already released (each window's noisy tables, within its ε: post-processing,
+    no further cost); an open window's table is noise plus a running count, and two reads of it
+    would give the rows between them exactly, so none is read."""
+    fz = await featurizer(ctx=ctx, name=name)
+    rt = fz.rt
+    windows = list(fz.agg.windows)
+    keys = [ctx.keys.prior(name, w) for w in windows]  # ≤ retention_windows, L cells each
+    raw: list[bytes | None] = []
+    for i in range(0, len(keys), 1000):  # Redis serves others between the steps
+        raw += cast(list[bytes | None], await ctx.redis.mget(keys[i : i + 1000]))
+    labels = rt.labels
+    kept = [(w, cell_codec.decode(b)) for w, b in zip(windows, raw, strict=True) if b]
+    pooled = np.zeros(len(labels))
+    recent = np.zeros(len(labels))
+    out = []
+    for age, (w, counts) in enumerate(reversed(kept)):
+        clipped = np.maximum(counts.astype(np.float64), 0.0)
+        pooled += clipped
+        recent += clipped * 2.0 ** (-age / half_life)
+        rates = prior_probabilities(counts)
+        out.append(
+            {
+                "window": w,
+                "counts": dict(zip(labels, map(int, counts), strict=True)),
+                "rates": dict(zip(labels, map(float, rates), strict=True)),
+            }
+        )
+    return {
+        "epoch": fz.epoch,
+        "half_life_windows": half_life,
+        "noise_sd": math.sqrt(rt.noise.variance_for(rt.prior_weight)),
+        "windows": out[::-1],
+        "recent": dict(zip(labels, map(float, prior_probabilities(recent)), strict=True)),
+        "pooled": dict(zip(labels, map(float, prior_probabilities(pooled)), strict=True)),
+    }
 
 
 def featurize_json(out: dict) -> bytes:

@@ -143,7 +143,8 @@ async def count_tables(inp: LedgerInput) -> list[dict[str, Any]]:
             "dp": cfg.privacy.mechanism != "none",
             **dp,
             "reveals": "every window's noisy counts of each count table by label, summed "
-            "over the count period (featurize, the train set)",
+            "over the count period (featurize, the train set), and each window's noisy label "
+            "counts (label-rates)",
             "to": ["model", "admin"],
             "readers": "model keys (featurize, train set) and admins",
             "created": "one window's tables at each roll",
