@@ -155,6 +155,31 @@ async def count_tables(inp: LedgerInput) -> list[dict[str, Any]]:
     ]
 
 
+async def hot_rows(inp: LedgerInput) -> list[dict[str, Any]]:
+    """The train set: the hot period's rows as they are, to model keys (not DP: the exposure
+    is bounded in time, by the hot period)."""
+    cfg = inp.rt.config
+    raw = sorted(f.name for f in cfg.features if f.passthrough)
+    return [
+        {
+            "kind": "hot rows in the train set",
+            "dp": False,
+            "guarantee": "non-DP: raw rows of the hot period, exposure bounded in time",
+            **NON_DP,
+            "reveals": "each hot row's id, event time, window and label, its count columns, "
+            f"and the raw values of the features passed through ({raw}); never the user key's "
+            "value",
+            "to": ["model", "admin"],
+            "readers": "model keys and admins, at each download (GET /trainset); featurize "
+            "returns only the rows its caller sends",
+            "created": "read from the hot windows at each download, stored nowhere else",
+            "lifetime": f"a row leaves it when its window leaves the hot period ({cfg.hot_windows} "
+            "windows after it opened)",
+            "items": None,
+        }
+    ]
+
+
 async def table_selection(inp: LedgerInput) -> list[dict[str, Any]]:
     dp = _dp(inp, "table_selection", neighbour=OBSERVATION)
     if dp is None:
@@ -325,6 +350,7 @@ async def reidentification_audits(inp: LedgerInput) -> list[dict[str, Any]]:
 KINDS: list[ReleaseKind] = [
     count_tables,
     table_selection,
+    hot_rows,
     annotation_queues,
     annotation_queue_scores,
     k_anonymised,

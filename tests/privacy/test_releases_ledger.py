@@ -95,6 +95,10 @@ async def test_every_release_kind_is_listed_dp_or_not(api: Api) -> None:
     selection = _kind(led, "count-table selection")
     assert selection["dp"] is True and selection["epsilon"] == parts["table_selection"]["epsilon"]
 
+    hot = _kind(led, "hot rows in the train set")
+    assert hot["dp"] is False and hot["epsilon"] is None and hot["to"] == ["model", "admin"]
+    assert "['age']" in hot["reveals"]  # the passed-through feature, by name
+
     anon = _kind(led, "k-anonymised release")
     assert anon["dp"] is False and anon["guarantee"] == "non-DP: k-anonymity, syntactic"
     assert anon["epsilon"] is None and anon["neighbour"] is None
