@@ -46,6 +46,7 @@ def _rows(rng: np.random.Generator, n: int) -> list[dict]:
     ]
 
 
+@pytest.mark.slow  # end to end through hot period, roll, seal and expiry, every store dumped
 async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_period(
     api: Api, jobs: Jobs, backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -119,6 +120,7 @@ async def test_a_planted_raw_value_is_nowhere_once_its_window_left_the_hot_perio
     assert repr(canary) not in caplog.text
 
 
+@pytest.mark.slow  # end to end through every row and error path, every store dumped
 async def test_a_canary_through_rows_and_error_paths_is_nowhere_after_its_hot_period(
     api: Api,
     jobs: Jobs,

@@ -92,6 +92,7 @@ def test_a_short_metrics_token_is_refused() -> None:
     assert "tooshort-secret" not in str(e.value)  # the refused token is not repeated
 
 
+@pytest.mark.slow  # counts, seals and scrapes every stream of the session
 async def test_gauges_follow_counting_the_roll_and_the_seal(metrics_on: Api, jobs: Jobs) -> None:
     api = metrics_on
     name = unique("met")

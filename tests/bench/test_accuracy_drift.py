@@ -135,6 +135,7 @@ def test_a_split_end_to_end(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # an end-to-end run on MovieLens (about 12 s of CPU)
 @pytest.mark.skipif(not movielens.available(), reason="MovieLens 100K not found")
 def test_quick_run_writes_its_tables_plot_and_csvs(tmp_path: Path) -> None:
     drift.main(["--quick", "--workers", "1", "--out-dir", str(tmp_path)])

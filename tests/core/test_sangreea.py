@@ -144,6 +144,7 @@ def test_all_duplicates(algorithm: Any) -> None:
     assert r.ngil == 0.0 and r.cluster_values("a") == ["3"] * 4
 
 
+@pytest.mark.slow  # the exhaustive greedy on random tables (seconds)
 def test_fast_matches_the_exhaustive_greedy_on_random_tables() -> None:
     gaps = []
     for seed in range(25):

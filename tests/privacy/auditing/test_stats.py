@@ -26,6 +26,7 @@ def test_clopper_pearson_matches_its_definition() -> None:
     assert cp_upper(0, n, alpha) == pytest.approx(1 - alpha ** (1 / n))
 
 
+@pytest.mark.slow  # 20,000 seeded binomial draws
 def test_clopper_pearson_coverage() -> None:
     """Over 20,000 seeded binomial draws, the one-sided bounds miss p at most alpha of the
     time (binomial: at alpha = 0.05 the miss count's mean is <= 1000, its s.d. about 31; the
