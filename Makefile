@@ -23,10 +23,13 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
-# Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs), on every core
-# (pytest-xdist): under a minute on 2 cores.
+# Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs, brute-force and
+# statistical sweeps), on every core (pytest-xdist), property tests at a fifth of their examples
+# (tests/conftest.py): under a minute on 2 cores. Bytecode is cached even where
+# PYTHONDONTWRITEBYTECODE is set: each worker imports the service and collects every test
+# module, twice as long without it.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" -n auto
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -m "not slow" -n auto
 
 # The schema fuzzer against a fresh server, longer than the suite's bounded run.
 FUZZ_SECONDS ?= 600
