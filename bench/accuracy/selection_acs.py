@@ -418,6 +418,7 @@ def per_split(rows: list[dict[str, Any]], splits: Sequence[int]) -> list[list[ob
         placebo = [r["gain_pct"] for r in mine if r["pair"].startswith(PLACEBO)]
         best = max(pairs, key=lambda r: r["gain_pct"])
         base = next(r["log_loss"] for r in rows if r["split"] == h and not r["pair"])
+        top = max(placebo, default=-math.inf)
         out.append(
             [
                 f"{h} → {h + 1}",
@@ -425,6 +426,7 @@ def per_split(rows: list[dict[str, Any]], splits: Sequence[int]) -> list[list[ob
                 f"{best['pair']} {best['gain_pct']:+.2f} %",
                 f"{statistics.median(r['gain_pct'] for r in pairs):+.2f} %",
                 sum(r["gain_pct"] >= 1 for r in pairs),
+                sum(r["gain_pct"] >= max(1.0, top + 1.0) for r in pairs),
                 f"{min(placebo):+.2f} … {max(placebo):+.2f} % (median "
                 f"{statistics.median(placebo):+.2f})"
                 if placebo
@@ -584,6 +586,7 @@ def main(argv: list[str] | None = None) -> None:
     parts = report(t, splits, orc, ranked, sel, scores, agreement, args, minutes, tag)
     command = "selectivity bench selection-acs" + (" --quick" if args.quick else "")
     command += f" --draws {args.draws}" + (f" --top {args.top}" if args.top != 1 else "")
+    command += " --from-csv" if args.from_csv else ""
     title = "DP count-table selection (ACS employment)"
     if args.out is None:
         write_section(title, parts, command=command, key="selection-acs")
@@ -633,7 +636,12 @@ def report(
                 ),
             ],
             ["CSV", f"bench/results/{tag}_oracle.csv, bench/results/{tag}_selection.csv"],
-            ["runtime", f"{minutes:.1f} min"],
+            [
+                "runtime",
+                "(this report: read from the CSVs of an earlier run of the same command)"
+                if args.from_csv
+                else f"{minutes:.1f} min",
+            ],
         ],
     )
     oracle_rows = [
@@ -655,6 +663,7 @@ def report(
             "best pair",
             "median pair",
             "pairs ≥ 1 %",
+            "pairs ≥ 1 % and 1 point above the best placebo",
             "placebo: a single table twice",
         ],  # fmt: skip
         per_split(orc, splits),
