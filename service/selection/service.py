@@ -11,6 +11,21 @@ Q = ``privacy.selection_rounds``), so the ledger's Q bounds them whatever they p
 A group picked at the roll to epoch t is counted from window t + 2 on: window t + 1 may already
 be prepared (noise-initialised ahead of time) without it, and a prepared window's table set is
 fixed. Featurization includes the group's columns once it has a window in the count period.
+
+Counting a pick from the windows the round read (e − H … e − 1, whose raw rows are still held)
+instead would not change any window's guarantee: while selection is on, every window's budget
+split keeps the free slots in W (``service.core.dp.budget``: ε_s = ε·w_s/W, Σ over all T =
+``max_tables`` slots is ε whether a slot is filled or not), so a group counted in window w with
+fresh noise at a free slot's scale leaves w with at most T tables, ε-DP together (basic
+composition; adaptive, the group being the output of the round, which the ledger charges on its
+own: ``service.core.dp.accounting``), and the ledger's per-window figures unchanged. It is not
+done: a window's table set is fixed once it is prepared, and counting is exactly-once against
+one checkpoint per window for that set (``service.counting``), so a table joining a window
+already (partly) counted needs a checkpoint of its own, a cap of T tables per window checked
+where it is added, and its noise drawn once per window. Measured on ACS employment, where no
+pair pays, the earlier start gains nothing (BENCHMARKS.md, "DP count-table selection (ACS
+employment)").
+
 The exact gains are computed on raw hot data and are not private: only the picks and their
 order are released (``count_table.score`` stays empty)."""
 
