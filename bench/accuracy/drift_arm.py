@@ -2,7 +2,9 @@
 
 With the service's own code, as ``bench.accuracy.core_arm`` does for MovieLens: the stream
 configuration validated by ``StreamCreate`` (one table per feature, ``max_tables`` = features
-+ 1, no slot for selection; laplace ε per window; sketch 16384 × 3), the runtime
++ 1, no slot for selection; laplace ε per window; sketch 16384 × 3; another operating point
+(``Point``: sketch, the features that get a table, ``table_weights``, ``prior_weight``) changes
+only that body), the runtime
 (``StreamRuntime``: feature specs, sketch spec, every table's noise from
 ``service.core.dp.budget``), the features encoded (``encode_column``), the increments counted
 (``count_increments``), one noise draw per window and table (``sample_noise`` at the table's
@@ -18,6 +20,7 @@ of the label rate's history, per window."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Sequence
@@ -58,6 +61,24 @@ def shrinkage_module() -> Any | None:
         return None
 
 
+@dataclass(frozen=True)
+class Point:
+    """An operating point: the sketch, which features get a count table (None: every feature),
+    the budget weights (``privacy.table_weights``; the prior table's ``prior_weight``, None: the
+    service's default) and ε per window. ``max_tables`` = tables + 1 (no slot for selection)."""
+
+    label: str = "today's: 7 tables, 16384 × 3"
+    width: int = WIDTH
+    depth: int = DEPTH
+    features: tuple[str, ...] | None = None
+    weights: tuple[tuple[str, float], ...] = ()
+    prior_weight: float | None = None
+    epsilon: float = EPSILON
+
+
+DEFAULT_POINT = Point()
+
+
 @dataclass
 class Draw:
     """One noise draw of a split: the summed table noise when the first k windows are counted
@@ -68,12 +89,20 @@ class Draw:
 
 
 class DriftArm:
-    def __init__(self, stream: DriftStream, *, epsilon: float = EPSILON) -> None:
+    def __init__(
+        self, stream: DriftStream, *, epsilon: float | None = None, point: Point = DEFAULT_POINT
+    ) -> None:
         self.stream = stream
-        self.epsilon = epsilon
+        self.point = point if epsilon is None else dataclasses.replace(point, epsilon=epsilon)
+        self.epsilon = self.point.epsilon
+        chosen = point.features
+        self.features = tuple(f for f in stream.features if chosen is None or f["name"] in chosen)
+        if chosen is not None and len(self.features) != len(chosen):
+            unknown = sorted(set(chosen) - {f["name"] for f in stream.features})
+            raise ValueError(f"features: {unknown} are not features of {stream.name}")
         self.tables = tuple(
             TableRef(i + 1, table_name([f["name"]]), (f["name"],), 1)
-            for i, f in enumerate(stream.features)
+            for i, f in enumerate(self.features)
         )
         rt = self.runtime(1)
         self.encoded = {
@@ -91,15 +120,27 @@ class DriftArm:
 
     def body(self, hot: int, shrinkage: str = "pseudo_count") -> dict[str, Any]:
         featurize = {} if shrinkage == "pseudo_count" else {"shrinkage": shrinkage}
+        pt = self.point
+        privacy: dict[str, Any] = {"mechanism": "laplace", "epsilon": self.epsilon}
+        if pt.weights:
+            privacy["table_weights"] = dict(pt.weights)
+        if pt.prior_weight is not None:
+            privacy["prior_weight"] = pt.prior_weight
+        # a feature whose parent ("of") has no table is declared without the link
+        names = {f["name"] for f in self.features}
+        features = [
+            f if f.get("of") in names else {k: v for k, v in f.items() if k != "of"}
+            for f in self.features
+        ]
         return {
             "name": self.stream.name,
-            "features": list(self.stream.features),
+            "features": features,
             "labels": ["0", "1"],
             "hot_windows": hot,
             "retention_windows": 10_000,
-            "privacy": {"mechanism": "laplace", "epsilon": self.epsilon},
-            "sketch": {"width": WIDTH, "depth": DEPTH},
-            "max_tables": len(self.stream.features) + 1,
+            "privacy": privacy,
+            "sketch": {"width": pt.width, "depth": pt.depth},
+            "max_tables": len(self.features) + 1,
             **({"featurize": featurize} if featurize else {}),
         }
 

@@ -144,3 +144,78 @@ def test_quick_run_writes_its_tables_plot_and_csvs(tmp_path: Path) -> None:
     assert (tmp_path / "accuracy_drift_quick.png").stat().st_size > 0
     assert set(frame.stream) == {"movielens"} and set(frame.split) == {9}
     assert {"share", "share_oracle", "auc_lift"} <= set(splits.columns)
+
+
+def test_an_operating_point_sets_tables_sketch_and_weights_through_the_service() -> None:
+    """Fewer tables and depth 1: the service's budget gives Laplace b = T·depth/ε per cell (T =
+    tables + the prior table), weights scale each table's by (W/T)/w; the raw hot values stay
+    every feature's."""
+    s = synthetic()
+    point = drift_arm.Point(label="a only, depth 1", depth=1, features=("a",))
+    arm = DriftArm(s, point=point)
+    rt = arm.runtime(1)
+    assert [t.features for t in rt.tables] == [("a",)]
+    assert rt.spec.depth == 1 and rt.config.max_tables == 2
+    noise = noise_for(rt.config)
+    assert noise.scale == pytest.approx(2 * 1 / drift_arm.EPSILON)
+    assert len(arm.exact(2)) == 1
+    train, test = s.rows(3, 4), s.window(4)
+    tr, te = arm.passthrough(train, test)
+    assert list(tr.columns) == ["a_value", "b_value"] and len(te) == 1500
+    weighted = DriftArm(
+        s,
+        point=drift_arm.Point(label="w", depth=1, weights=(("b", 0.25),), prior_weight=0.25),
+    )
+    wrt = weighted.runtime(1)
+    wn = noise_for(wrt.config)
+    a, b = wrt.tables
+    assert wn.scale_for(wrt.weight_of(a)) == pytest.approx(3 * (1.5 / 3) / 1.0)
+    assert wn.scale_for(wrt.weight_of(b)) == pytest.approx(3 * (1.5 / 3) / 0.25)
+    with pytest.raises(ValueError, match="not features"):
+        DriftArm(s, point=drift_arm.Point(features=("nope",)))
+
+
+def test_operating_points_end_to_end_and_their_table() -> None:
+    s = synthetic()
+    points = (
+        drift_arm.DEFAULT_POINT,
+        drift_arm.Point(label="a only, depth 1", depth=1, features=("a",)),
+    )
+    arms = [DriftArm(s, point=p) for p in points]
+    setup = drift.Setup(streams=("synthetic",), hots=(1, 3), draws=2, points=points)
+    frame = pd.DataFrame(drift.evaluate_points(arms, 5, setup, Clock()))
+    counts = frame[frame.model == "counts"]
+    assert set(counts.point) == {p.label for p in points}
+    assert set(counts.variant) == {"columns", "passthrough"} and set(counts.hot) == {1, 3}
+    assert len(counts) == 2 * 2 * 2 * 2  # points × draws × h × variants
+    assert (frame.model == "raw").sum() == 1 and (frame.model == "raw-hot").sum() == 2
+
+
+@pytest.mark.skipif(not movielens.available(), reason="MovieLens 100K not found")
+def test_cli_operating_point_options() -> None:
+    p = drift.parser()
+    args = p.parse_args(
+        [
+            "--streams",
+            "movielens",
+            "--depth",
+            "1",
+            "--features",
+            "user_id,movie_id",
+            "--weights",
+            "user_id=2,prior=0.1",
+            "--hot",
+            "1,3",
+        ]
+    )
+    point = drift.point_of(args, p)
+    assert point.depth == 1 and point.features == ("user_id", "movie_id")
+    assert point.weights == (("user_id", 2.0),) and point.prior_weight == pytest.approx(0.1)
+    assert args.hot == (1, 3)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--weights", "user_id=x"])
+    with pytest.raises(SystemExit):
+        p.parse_args(["--hot", "0"])
+    bad = p.parse_args(["--streams", "movielens", "--features", "user_id,nope"])
+    with pytest.raises(SystemExit):  # the service's validation names the feature
+        drift.point_of(bad, p)
