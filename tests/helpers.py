@@ -206,3 +206,15 @@ async def aof_rewritten(ctx: AppContext) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("AOF rewrite did not finish")
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel ``tasks`` and wait for them to end, cancelling again while one runs: on Python
+    3.11 a cancellation that arrives as redis-py's ``asyncio.wait_for`` around a command's send
+    completes is lost, and a task polling Redis polls on (``resources.close`` does the same)."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -26,7 +26,7 @@ from service.app import create_app
 from service.core import logsafe
 from service.streams import service as streams_service
 from tests.conftest import Api, Backend
-from tests.helpers import new_stream, obs, redis_dump, sql_dump
+from tests.helpers import cancel_and_wait, new_stream, obs, redis_dump, sql_dump
 from workers import jobs as worker_jobs
 from workers import runner
 
@@ -250,8 +250,7 @@ async def test_a_failing_job_records_and_logs_no_value(
                 break
             await asyncio.sleep(0.05)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         await worker.stop()
     assert job.status == Status.FAILED
     assert job.error is not None and "JobFailed" in job.error

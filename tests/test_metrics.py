@@ -23,7 +23,7 @@ from service.counting import service as counting
 from service.lifecycle import roll as lifecycle_roll
 from service.queues import service as queues_service
 from tests.conftest import Api, Jobs, unique
-from tests.helpers import obs, stream_body
+from tests.helpers import cancel_and_wait, obs, stream_body
 from workers import jobs as worker_jobs
 from workers.jobs import JOB_FAILURES
 
@@ -274,8 +274,7 @@ async def test_the_background_refresh_keeps_the_gauges_fresh(metrics_on: Api) ->
         else:
             raise AssertionError("the background refresh never published the stream")
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
 
 async def test_queue_gauges(metrics_on: Api) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.conftest import Api, unique
-from tests.helpers import stream_body
+from tests.helpers import cancel_and_wait, stream_body
 from workers.runner import cron_every, run_in_process
 
 
@@ -35,5 +35,4 @@ async def test_worker_rolls_a_due_stream_by_itself(api: Api) -> None:
                 break
         assert (await ctx.stores.windows.epoch(name) or 0) >= 2
     finally:
-        worker.cancel()
-        await asyncio.gather(worker, return_exceptions=True)
+        await cancel_and_wait(worker)

@@ -23,6 +23,7 @@ from saq.utils import now
 from service.config import Settings
 from service.db.migrate import upgrade
 from tests.conftest import Backend, unique
+from tests.helpers import cancel_and_wait
 from workers.runner import (
     LOST_ERROR,
     WORKER_LOST_SECONDS,
@@ -357,5 +358,4 @@ async def test_a_long_job_of_a_live_worker_is_never_taken_over(queue: Recovering
     finally:
         for w, t in ((busy, first), (idle, second)):
             await w.stop()
-            t.cancel()
-            await asyncio.gather(t, return_exceptions=True)
+            await cancel_and_wait(t)
