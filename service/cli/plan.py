@@ -9,8 +9,6 @@ import sys
 
 from pydantic import ValidationError
 
-from service.core.dp.plan import PlanRequest, make_plan
-
 
 def _cardinality(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
@@ -24,6 +22,8 @@ def _cardinality(text: str) -> tuple[str, int]:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
+    from service.core.dp.plan import PlanRequest, make_plan  # numpy, through the noise module
+
     cards = dict(args.cardinality)
     if len(cards) != len(args.cardinality):
         sys.exit("error: cardinality: a feature is given twice")
