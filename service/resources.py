@@ -277,7 +277,7 @@ CLOSE_WAIT_SECONDS = 5.0
 """How long ``close`` waits for the background tasks to end; whatever still runs then is left."""
 
 
-async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
     """Cancel ``tasks`` and wait for them, cancelling again every 50 ms while any still runs:
     on Python 3.11 a cancellation can be lost (``asyncio.wait_for``, which redis-py sends every
     command through, returns the result and drops a cancellation that arrives as the send
@@ -298,7 +298,7 @@ async def close(ctx: AppContext) -> None:
     ctx.vault.wipe_all()  # break-glass keys and shares leave memory with the process
     tasks = list(ctx.caches.background.values())
     ctx.caches.background.clear()
-    await _cancel_all(tasks)  # they unwind while Redis is still open
+    await cancel_all(tasks)  # they unwind while Redis is still open
     await ctx.redis.aclose()
     await ctx.engine.dispose()
     if ctx.executor is not None:

@@ -34,15 +34,22 @@ async def stream_lock(
             f"stream {name!r} is being rolled by another process; retry later"
         )
 
+    stop = asyncio.Event()
+
     async def renew() -> None:
-        while True:
-            await asyncio.sleep(ttl / 3)
-            await lock.reacquire()
+        # stops by the flag as well as by cancellation: on Python 3.11 a cancellation that
+        # arrives as a Redis command's send completes can be lost (resources.cancel_all)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ttl / 3)
+            if not stop.is_set():
+                await lock.reacquire()
 
     keeper = asyncio.create_task(renew())
     try:
         yield
     finally:
+        stop.set()
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await keeper
