@@ -429,6 +429,12 @@ def movielens_points() -> tuple[Point, ...]:
             prior_weight=0.05,
         ),
         Point(
+            label="movie_id, 16384 × 1, prior weight 0.05",
+            depth=1,
+            features=("movie_id",),
+            prior_weight=0.05,
+        ),
+        Point(
             label="user_id, movie_id, genres, 16384 × 1",
             depth=1,
             features=(*SPARSE, "genres"),

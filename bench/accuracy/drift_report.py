@@ -253,7 +253,7 @@ def points_tables(frame: pd.DataFrame, command: str = POINTS_COMMAND) -> list[Ta
         f = fig[fig.point == p.label]
         rt = arms[p.label].runtime(1)
         sd = {t.features[0]: np.sqrt(rt.noise.variance_for(rt.weight_of(t))) for t in rt.tables}
-        row: list[object] = [p.label, f"{sd.get('user_id', np.nan):.1f}"]
+        row: list[object] = [p.label, f"{sd.get('movie_id', np.nan):.1f}"]
         c1 = f[(f.hot == 1) & (f.variant == "columns")]
         row += [cell(c1, "share"), cell(c1, "auc_lift")]
         for variant in ("columns", "passthrough"):
@@ -262,7 +262,7 @@ def points_tables(frame: pd.DataFrame, command: str = POINTS_COMMAND) -> list[Ta
         raw3 = f[(f.hot == 3) & (f.variant == "passthrough")]
         if len(raw3):
             recal, lift = over_splits(raw3, "share_oracle")[0], over_splits(raw3, "auc_lift")[0]
-            row.append(f"{(recal - hot_oracle) * 100:+.0f} pts")
+            row.append(f"{round((recal - hot_oracle) * 100) + 0:+d} pts")
             worse = (raw3.groupby("split").ll.mean() > raw3.groupby("split").ll_prior.first()).any()
             ok = lift >= GOAL_AUC_LIFT and recal >= GOAL_RECALIBRATED and not worse
             row.append("yes" if ok else "no")
@@ -278,7 +278,7 @@ def points_tables(frame: pd.DataFrame, command: str = POINTS_COMMAND) -> list[Ta
         rows.append([*ref, f"{hot.auc_lift.mean() * 100:.0f} %", "", "yes" if ok else "no"])
     header = [
         "operating point (ε = 1, laplace)",
-        "noise s.d. per cell and window, user_id",
+        "noise s.d. per cell and window, movie_id",
         "h = 1 counts: share kept",
         "h = 1: AUC lift kept",
         "h = 3 counts: share kept",
