@@ -86,7 +86,9 @@ JOB_TIMEOUT_SECONDS = 4 * 3600
 COMPUTE_SECONDS = JOB_TIMEOUT_SECONDS - 300
 RESUMES = 20
 """Runs after an interruption (a lost worker, a stopped one) before the job is given up: each
-resumes from the last checkpoint."""
+resumes from the last checkpoint. The job has RESUMES + 1 runs (SAQ's retries): the first
+RESUMES compute, the last only marks the audit failed, so an audit given up never reads
+"running" until it expires."""
 PROGRESS_SECONDS = 0.5  # the least time between two progress writes of an audit
 HOT_CHUNK = 5000
 CONFIG = pu.PUConfig()
@@ -637,13 +639,20 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
     spec = orjson.loads(meta["spec"])
     expires_at_ms = int(meta["expires_at"])
     stream = spec["source"].split(":", 1)[1] if spec["source"] != "inline" else None
-    shown = _Progress(store, a, float(meta.get("progress", b"0")))
-    resumed = any(k == "inputs" or k.startswith(("draw:", "release:")) for k in meta)
-    await shown.write(0.0, "resuming" if resumed else "reading the records")
 
     async def fail(error: str) -> dict[str, Any]:
         await store.finish(a, expires_at_ms=expires_at_ms, summary=None, error=error, stream=None)
         return {"status": "failed"}
+
+    runs = await store.r.hincrby(store.key(a, "meta"), "runs", 1)
+    if not await store.r.hexists(store.key(a, "meta"), "spec"):  # deleted in between
+        await store.r.delete(store.key(a, "meta"))
+        return {"status": "expired"}
+    if runs > RESUMES:
+        return await fail(f"given up: {RESUMES} runs were interrupted (the worker stopped or died)")
+    shown = _Progress(store, a, float(meta.get("progress", b"0")))
+    resumed = any(k == "inputs" or k.startswith(("draw:", "release:")) for k in meta)
+    await shown.write(0.0, "resuming" if resumed else "reading the records")
 
     try:
         inp = await _inputs(ctx, store, spec, a, meta)

@@ -340,3 +340,20 @@ async def test_a_stream_audit_resumes_on_the_records_it_read(
     assert st["n"] == 240 and st["epoch"] == saved["epoch"] == 2
     assert st["n_hat_p"] == saved["n_hat_p"] and st["results"]["nnpu"]["draws"] == 2
     assert not await api.ctx.redis.exists(f"{api.ctx.keys.prefix}:{{ra:{a}}}:input")
+
+
+async def test_an_audit_interrupted_on_every_run_is_failed_not_left_running(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's last run (SAQ's last retry) marks an audit whose every earlier run was
+    interrupted as failed, saying why, instead of leaving it "running" until it expires."""
+    monkeypatch.setattr(audits_service, "CONFIG", SMALL)
+    a = await _create(api)
+    await api.ctx.redis.hset(_meta_key(api, a), "runs", audits_service.RESUMES)
+    assert (await reidentification_run({"app": api.ctx}, id=a))["status"] == "failed"
+    st = (await api.get(f"{URL}/{a}", role="analyst")).json()
+    assert st["status"] == "failed" and "given up" in st["error"], st
+    # one run fewer interrupted: that run still computes
+    b = await _create(api)
+    await api.ctx.redis.hset(_meta_key(api, b), "runs", audits_service.RESUMES - 1)
+    assert (await reidentification_run({"app": api.ctx}, id=b))["status"] == "done"
