@@ -167,7 +167,7 @@ async def create(*, ctx: AppContext, body: AuditCreate, owner: str) -> tuple[str
         key=f"reidentification:{a}",
         owner=owner,
         timeout=JOB_TIMEOUT_SECONDS,
-        retries=RESUMES,
+        retries=RESUMES + 1,  # the last run only marks the audit failed
         id=a,
     )
     detail = {
