@@ -445,6 +445,12 @@ def movielens_points() -> tuple[Point, ...]:
             weights=light,
             prior_weight=0.05,
         ),
+        Point(
+            label="7 tables, 16384 × 1, weights 1 (movie_id), 0.01 (the rest), prior 0.05",
+            depth=1,
+            weights=tuple((f["name"], 0.01) for f in s.features if f["name"] != "movie_id"),
+            prior_weight=0.05,
+        ),
         planned,
         dataclasses.replace(
             planned, label="planner's weights, 16384 × 1", width=drift_arm.WIDTH, depth=1
