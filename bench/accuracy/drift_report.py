@@ -325,7 +325,8 @@ def signal_table(base: Any, arms: Sequence[tuple[str, Any]], hot: int) -> Table:
     for label, arm in arms:
         rt = arm.runtime(1)
         sd = {t.features[0]: rt.noise.variance_for(rt.weight_of(t)) ** 0.5 for t in rt.tables}
-        rows.append([f"noise s.d.: {label}"] + [f"{sd[n]:.1f}" if n in sd else "—" for n in names])
+        row: list[object] = [f"noise s.d.: {label}"]
+        rows.append(row + [f"{sd[n]:.1f}" if n in sd else "—" for n in names])
     header = ["", *(f"{n} ({len(base.encoded[n].keys):,} keys)" for n in names)]
     return Table(header, rows, "MovieLens 100K: signal against noise per table (ε = 1)")
 
