@@ -175,6 +175,7 @@ def test_an_operating_point_sets_tables_sketch_and_weights_through_the_service()
         DriftArm(s, point=drift_arm.Point(features=("nope",)))
 
 
+@pytest.mark.slow  # several operating points end to end on MovieLens (about 3 s of CPU)
 def test_operating_points_end_to_end_and_their_table() -> None:
     s = synthetic()
     points = (
