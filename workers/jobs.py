@@ -59,10 +59,10 @@ async def ingest_count(ctx: dict[str, Any]) -> dict[str, int]:
 
 
 @counted
-async def count_stream(ctx: dict[str, Any], *, stream: str) -> int:
-    """Count one stream's hot entries accepted since the last run into their window's
-    tables."""
-    return await counting.count_stream(ctx["app"], stream)
+async def count_stream(ctx: dict[str, Any], *, stream: str, part: int = 0) -> int:
+    """Count one part of a stream's hot windows: the entries accepted since the last run, into
+    their window's tables."""
+    return await counting.count_stream(ctx["app"], stream, part)
 
 
 @counted

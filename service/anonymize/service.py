@@ -263,21 +263,18 @@ async def _stream_columns(
     *,
     limit: int | None = None,
     most: int = MAX_INLINE_ROWS,
+    parts: int = 1,
 ) -> tuple[dict[str, list[Any]], int]:
-    """Windows ``lo … hi`` (``windows``) of the stream's hot rows, window by window in entry
-    order: one list per wanted column (features by name, ``label``; absent values None); with
-    ``limit``, its first ``limit`` rows only; more than ``most`` is a ValueError."""
+    """Windows ``lo … hi`` (``windows``) of the stream's hot rows, window by window (its
+    ``parts`` parts one after the other) in entry order: one list per wanted column (features
+    by name, ``label``; absent values None); with ``limit``, its first ``limit`` rows only;
+    more than ``most`` is a ValueError."""
     store = ctx.stores.windows
     columns: dict[str, list[Any]] = {c: [] for c in wanted}
     n = 0
     lo, hi = windows
     for w in range(lo, hi + 1):
-        start: bytes | str = "-"
-        while True:
-            chunk = await store.hot_chunk(name, w, start, "+", HOT_CHUNK)
-            if chunk is None:
-                break
-            last, count, rows = chunk
+        async for rows in store.hot_rows(name, w, parts=parts, count=HOT_CHUNK):
             for rec in orjson.loads(b"[" + rows + b"]"):
                 if limit is not None and n >= limit:
                     return columns, n
@@ -290,9 +287,6 @@ async def _stream_columns(
                     f"source.stream: the hot period has more than {most} rows, the most one "
                     "run clusters with its quasi-identifiers (schemas.max_rows)"
                 )
-            if count < HOT_CHUNK:
-                break
-            start = b"(" + last
     return columns, n
 
 
@@ -383,7 +377,9 @@ async def run(*, ctx: AppContext, a: str) -> dict[str, Any]:
                 await store.delete(name, [a])
                 return {"status": "expired"}
             most = max_rows(len(spec["quasi_identifiers"]))  # the job's size bound
-            columns, _ = await _stream_columns(ctx, name, wanted, spec["windows"], most=most)
+            columns, _ = await _stream_columns(
+                ctx, name, wanted, spec["windows"], most=most, parts=rt.parts
+            )
         else:
             blob = await store.input(a)
             if blob is None:
@@ -522,7 +518,7 @@ async def start_weights(
         windows = await _hot_windows(ctx, rt)
         try:
             columns, n = await _stream_columns(
-                ctx, body.source.stream, names, windows, limit=body.sample
+                ctx, body.source.stream, names, windows, limit=body.sample, parts=rt.parts
             )
         except ValueError as exc:
             raise ValidationError(str(exc)) from None

@@ -169,11 +169,12 @@ async def _stream(
     past_seconds = 0.0
     for w in windows:
         if w.epoch >= hot_lo:
-            counted = await ctx.stores.counting.counted(name, w.epoch)
-            start = b"(" + counted if counted else b"-"
-            first = await ctx.stores.windows.hot_range(name, w.epoch, start, b"+", 1)
-            if first:
-                lag_seconds = max(lag_seconds, now.timestamp() - _id_seconds(first[0][0]))
+            for p in range(cfg.partitions):
+                counted = await ctx.stores.counting.counted(name, w.epoch, p)
+                start = b"(" + counted if counted else b"-"
+                first = await ctx.stores.windows.hot_range(name, w.epoch, start, b"+", 1, p)
+                if first:
+                    lag_seconds = max(lag_seconds, now.timestamp() - _id_seconds(first[0][0]))
         if w.state != "open" and w.cold_sealed_at is None:
             backlog_windows += 1
         if w.epoch < hot_lo:

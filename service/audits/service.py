@@ -209,28 +209,25 @@ async def get(*, ctx: AppContext, a: str, owner: str) -> AuditOut:
 
 
 async def _hot_columns(
-    ctx: AppContext, name: str, lo: int, hi: int, wanted: list[str]
+    ctx: AppContext, name: str, lo: int, hi: int, wanted: list[str], parts: int = 1
 ) -> tuple[dict[str, list[Any]], list[Any]]:
-    """Windows ``lo..hi`` of the stream's hot rows in entry order, at most
-    ``MAX_STREAM_ROWS``: one list per wanted feature (absent values None) and the labels."""
+    """Windows ``lo..hi`` of the stream's hot rows (each window's ``parts`` parts one after
+    the other) in entry order, at most ``MAX_STREAM_ROWS``: one list per wanted feature
+    (absent values None) and the labels."""
     store = ctx.stores.windows
     columns: dict[str, list[Any]] = {c: [] for c in wanted}
     labels: list[Any] = []
     for w in range(max(lo, 1), hi + 1):
-        start: bytes | str = "-"
-        while len(labels) < MAX_STREAM_ROWS:
-            chunk = await store.hot_chunk(name, w, start, "+", HOT_CHUNK)
-            if chunk is None:
-                break
-            last, count, rows = chunk
+        if len(labels) >= MAX_STREAM_ROWS:
+            break
+        async for rows in store.hot_rows(name, w, parts=parts, count=HOT_CHUNK):
             for rec in orjson.loads(b"[" + rows + b"]")[: MAX_STREAM_ROWS - len(labels)]:
                 feats = rec.get("f") or {}
                 for c in wanted:
                     columns[c].append(feats.get(c))
                 labels.append(rec.get("y"))
-            if count < HOT_CHUNK:
+            if len(labels) >= MAX_STREAM_ROWS:
                 break
-            start = b"(" + last
     return columns, labels
 
 
@@ -264,7 +261,7 @@ async def _stream_input(
     if a is not None:
         await _store(ctx).index(name, a, oldest=oldest, longest_ms=AUDIT_TTL_SECONDS * 1000)
     wanted = list(dict.fromkeys(f for t in rt.tables for f in t.features))
-    columns, labels = await _hot_columns(ctx, name, lo, hi, wanted)
+    columns, labels = await _hot_columns(ctx, name, lo, hi, wanted, rt.parts)
     if a is not None and not await _still_hot(ctx, rt, oldest):
         raise _Rolled
     y = np.asarray([str(v) if v is not None else "" for v in labels], dtype=object)

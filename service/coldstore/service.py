@@ -4,12 +4,14 @@
 Sealing moves each window's hot-stream entries, in order, into segment files of at most
 ``segment_entries`` entries, sealed to the newest active cold-store key. After each segment is
 written (atomically) and indexed, the window's ``seal_cursor`` (the last sealed entry id) moves
-on in the same transaction as the index row, so a crash at any line leaves either nothing or a
-complete, indexed segment; a rerun resumes after the cursor and removes a file the index does
-not know. The open window is sealed in full segments only; once a window is closed (its Redis
-meta says so and its SQL row has ``closed_at``), the rest is sealed, every segment of the window
-is read back and checked against its SHA-256 and the entry count against the hot stream, and
-``cold_sealed_at`` is set: only then may ``expire`` delete the window's hot data.
+on in the same transaction as the index row (a window of several parts is sealed part by part,
+each segment naming its part; part p ≥ 1's cursor is its last segment's last entry), so a crash
+at any line leaves either nothing or a complete, indexed segment; a rerun resumes after the
+cursor and removes a file the index does not know. The open window is sealed in full segments
+only; once a window is closed (its Redis meta says so and its SQL row has ``closed_at``), the
+rest is sealed, every segment of the window is read back and checked against its SHA-256 and the
+entry count against the hot stream, and ``cold_sealed_at`` is set: only then may ``expire``
+delete the window's hot data.
 """
 
 from __future__ import annotations
@@ -191,12 +193,14 @@ async def seal_stream(
             )
         )
         key_id, public_key, stream_id = key.id, key.public_key, stream.id
-    for w in todo:
+        stream_parts = stream.config.get("partitions", 1)
+    parts = int(stream_parts)
+    for w, p in ((w, p) for w in todo for p in range(parts)):
         closed = w.closed_at is not None
-        cursor = w.seal_cursor
+        cursor = w.seal_cursor if p == 0 else await _part_cursor(ctx, w, p)
         while True:
             start = f"({cursor}" if cursor else "-"
-            entries = await store.hot_range(name, w.epoch, start, "+", segment_entries)
+            entries = await store.hot_range(name, w.epoch, start, "+", segment_entries, p)
             if not entries or (not closed and len(entries) < segment_entries):
                 break
             rows = []
@@ -214,9 +218,12 @@ async def seal_stream(
                         )
                     )
                 )
-                if any(s.first_id == first for s in indexed):  # another sealer got here first
-                    cursor = await session.scalar(
-                        select(Window.seal_cursor).where(Window.id == w.id)
+                if any(s.first_id == first and s.part == p for s in indexed):
+                    # another sealer got here first
+                    cursor = (
+                        await session.scalar(select(Window.seal_cursor).where(Window.id == w.id))
+                        if p == 0
+                        else await _part_cursor(ctx, w, p)
                     )
                     continue
                 seq = len(indexed) + 1
@@ -229,6 +236,7 @@ async def seal_stream(
                     "last": last,
                     "count": len(rows),
                     "key_id": key_id,
+                    **({"part": p} if p else {}),
                 }
                 data = await asyncio.to_thread(crypto.seal, header, rows, public_key)
                 path = files.segment_path(root, stream_id, w.epoch, seq)
@@ -240,6 +248,7 @@ async def seal_stream(
                     ColdSegment(
                         stream_id=stream_id,
                         epoch=w.epoch,
+                        part=p,
                         first_id=first,
                         last_id=last,
                         count=len(rows),
@@ -251,15 +260,16 @@ async def seal_stream(
                         last_ts=_ts(rows[-1][0]),
                     )
                 )
-                row = await session.get(Window, w.id, with_for_update=True)
-                assert row is not None
-                row.seal_cursor = last
+                if p == 0:  # part p ≥ 1's cursor: its last segment's last entry
+                    row = await session.get(Window, w.id, with_for_update=True)
+                    assert row is not None
+                    row.seal_cursor = last
             cursor = last
             stats.segments += 1
             stats.entries += len(rows)
             stats.bytes += len(data)
-        if closed:
-            if await _verify_window(ctx=ctx, name=name, stream_id=stream_id, window=w):
+        if closed and p == parts - 1:  # every part sealed: the window's check
+            if await _verify_window(ctx=ctx, name=name, stream_id=stream_id, window=w, parts=parts):
                 stats.windows_sealed += 1
             else:
                 stats.problems += 1
@@ -272,9 +282,26 @@ async def seal_stream(
     return stats
 
 
-async def _verify_window(*, ctx: AppContext, name: str, stream_id: int, window: Window) -> bool:
+async def _part_cursor(ctx: AppContext, w: Window, p: int) -> str | None:
+    """Part ``p``'s seal cursor: the last entry of its last segment (None: none sealed)."""
+    async with ctx.sessionmaker() as session:
+        return await session.scalar(
+            select(ColdSegment.last_id)
+            .where(
+                ColdSegment.stream_id == w.stream_id,
+                ColdSegment.epoch == w.epoch,
+                ColdSegment.part == p,
+            )
+            .order_by(ColdSegment.id.desc())
+            .limit(1)
+        )
+
+
+async def _verify_window(
+    *, ctx: AppContext, name: str, stream_id: int, window: Window, parts: int = 1
+) -> bool:
     """Every segment of a closed window read back against its SHA-256, and the entries they
-    hold against the hot stream's length; then ``cold_sealed_at``."""
+    hold against the hot streams' lengths (every part's); then ``cold_sealed_at``."""
     store = ctx.stores.windows
     async with ctx.sessionmaker() as session:
         segs = list(
@@ -297,7 +324,7 @@ async def _verify_window(*, ctx: AppContext, name: str, stream_id: int, window: 
         if s.count is None:  # left the hot period: nothing left to check against
             return False
         total += s.count
-    hot = await store.hot_length(name, window.epoch)
+    hot = await store.hot_length(name, window.epoch, parts=parts)
     if hot != total:
         log.error(
             "window %s/%d: %d entries sealed, %d in the hot stream", name, window.epoch, total, hot
@@ -367,6 +394,8 @@ def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
         yield ExportItem(seg.epoch, segment=name, error="; ".join([*problems, str(exc)]))
         return
     expected: dict[str, Any] = {"stream_id": seg.stream_id, "window": seg.epoch}
+    if seg.part:
+        expected["part"] = seg.part
     if header.get("v") != 1:
         expected["seq"] = files.seq_of(seg.path)
     # the index keeps the row statistics only during the hot period (expire drops them)

@@ -233,6 +233,9 @@ MAX_WINDOW_CELLS = 1 << 28
 # Table slots a stream reserves for selected groups by default when selection is on (none when
 # it is off: an unused slot would only dilute the budget of the tables that exist).
 SELECTION_SLOTS = 4
+# Parts a window may be split into (``StreamCreate.partitions``): each holds a copy of the
+# window's tables, so memory per window grows with them (MAX_WINDOW_CELLS bounds the product).
+MAX_PARTITIONS = 64
 
 
 class StreamCreate(Strict):
@@ -244,6 +247,20 @@ class StreamCreate(Strict):
     window_seconds: int = Field(default=86400, ge=1, le=366 * 86400)
     hot_windows: int = Field(default=2, ge=1, le=1000)
     retention_windows: int = Field(default=30, ge=1, le=10_000)
+    partitions: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description=(
+            "how many parts each window is split into (fixed at creation): each part has its "
+            "own Redis hash tag, hot rows, counting checkpoint and exact tables, and is counted "
+            "by its own job, so one stream's ingest and counting spread over worker processes "
+            "and Redis masters; a row goes to the part of a keyed hash of its user key "
+            "(privacy.user_key), else of the row. The window's noise is drawn once, whatever "
+            "the parts. Sizing: one part per ~15,000 rows/s of peak ingest, at most the worker "
+            "slots of the deployment (docs/OPERATIONS.md)"
+        ),
+    )
     privacy: PrivacyIn = Field(default_factory=PrivacyIn)
     sketch: SketchIn = Field(default_factory=SketchIn)
     max_tables: int | None = Field(
@@ -335,5 +352,11 @@ class StreamCreate(Strict):
             raise ValueError(
                 f"sketch.width × sketch.depth × labels × max_tables = {window} "
                 f"cells in a window, more than {MAX_WINDOW_CELLS} (1 GiB of Redis memory a window)"
+            )
+        if window * self.partitions > MAX_WINDOW_CELLS:
+            raise ValueError(
+                f"partitions: {self.partitions} parts of {window} cells each is "
+                f"{window * self.partitions} cells in a window, more than {MAX_WINDOW_CELLS} "
+                f"(1 GiB of Redis memory a window; each part holds its own tables)"
             )
         return self

@@ -19,6 +19,7 @@ import functools
 import logging
 import secrets
 import time
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,12 @@ def _added(inc: Increments, tables: list[int], whole: list[bytes]) -> list[bytes
 
 
 async def count_window(
-    *, ctx: AppContext, rt: StreamRuntime, window: int, epoch: int | None = None
+    *,
+    ctx: AppContext,
+    rt: StreamRuntime,
+    window: int,
+    epoch: int | None = None,
+    part: int | None = None,
 ) -> int:
     """Count window ``window``'s hot entries that are not counted yet into its tables, until
     none is left (for at most ``COUNT_SECONDS_MAX`` past the entries there were at the start);
@@ -65,10 +71,23 @@ async def count_window(
     leaves the hot period only once it is counted to its end (``lifecycle.roll`` and
     ``lifecycle.expire`` call this first). ``epoch``: the stream's epoch, given by the counting
     job, whose runs reuse the digests of values hashed earlier in that epoch
-    (``core.counting.hasher``)."""
+    (``core.counting.hasher``). ``part``: only that part of the window (the counting job's
+    share); None: every part, one after the other."""
+    if part is None:
+        total = 0
+        for p in range(rt.parts):
+            total += await _count_part(ctx=ctx, rt=rt, window=window, epoch=epoch, part=p)
+        return total
+    return await _count_part(ctx=ctx, rt=rt, window=window, epoch=epoch, part=part)
+
+
+async def _count_part(
+    *, ctx: AppContext, rt: StreamRuntime, window: int, epoch: int | None, part: int
+) -> int:
     store = ctx.stores.counting
     windows = ctx.stores.windows
-    last = await windows.hot_last_id(rt.name, window)
+    p = part
+    last = await windows.hot_last_id(rt.name, window, p)
     if last is None:
         return 0
     tables = tables_of(rt, window)
@@ -79,15 +98,15 @@ async def count_window(
     )
     deadline = time.monotonic() + COUNT_SECONDS_MAX
     total = 0
-    expected = await store.counted(rt.name, window)
+    expected = await store.counted(rt.name, window, p)
     while True:
         if expected == last:  # caught up: count what was accepted meanwhile, for a while
-            newer = await windows.hot_last_id(rt.name, window)
+            newer = await windows.hot_last_id(rt.name, window, p)
             if newer is None or newer == last or time.monotonic() > deadline:
                 return total
             last = newer
         start = b"(" + expected if expected else "-"
-        chunk = await windows.hot_chunk(rt.name, window, start, last, COUNT_CHUNK)
+        chunk = await windows.hot_chunk(rt.name, window, start, last, COUNT_CHUNK, p)
         if chunk is None:
             return total
         checkpoint, n, rows = chunk
@@ -97,7 +116,7 @@ async def count_window(
         users = b""
         counted = parsed
         if parsed.users is not None:
-            seen = np.array(await store.seen(rt.name, window, parsed.user_ids), dtype=np.int64)
+            seen = np.array(await store.seen(rt.name, window, parsed.user_ids, p), dtype=np.int64)
             mask, after = within_bound(parsed.users, seen, bound)
             counted = parsed.only(mask)
             changed = np.flatnonzero(after != seen)
@@ -128,7 +147,7 @@ async def count_window(
         staged_ids = [table_ids[i] for i in dense]
         if dense:
             current, whole = await store.read_tables(
-                stream=rt.name, window=window, table_ids=staged_ids
+                stream=rt.name, window=window, table_ids=staged_ids, part=p
             )
             if current != expected:  # another counter moved on: start again from there
                 expected = current
@@ -144,6 +163,7 @@ async def count_window(
                 window=window,
                 token=token,
                 tables=dict(zip(staged_ids, added, strict=True)),
+                part=p,
             )
             values = dict.fromkeys(dense, b"")
         sparse = [i for i in range(inc.n_tables) if i not in values]
@@ -160,9 +180,12 @@ async def count_window(
             users=users,
             users_ttl=users_ttl,
             columns=blob,
+            part=p,
         )
         if status != "ok":
-            await store.unstage(stream=rt.name, window=window, token=token, table_ids=staged_ids)
+            await store.unstage(
+                stream=rt.name, window=window, token=token, table_ids=staged_ids, part=p
+            )
         if status == "missing" and b":stage:" in (current_ or b""):
             continue  # a staging key expired before the call: count the run again
         if status == "missing":
@@ -174,57 +197,80 @@ async def count_window(
             expected = current_ or b""
 
 
-async def count_hot(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> int:
-    """Count every window of the hot period of ``epoch`` (the open one included) up to now."""
+async def count_hot(
+    *, ctx: AppContext, rt: StreamRuntime, epoch: int, part: int | None = None
+) -> int:
+    """Count every window of the hot period of ``epoch`` (the open one included) up to now:
+    part ``part`` of each, or every part (None)."""
     lo, hi = rt.hot_period(epoch)
     forget_keys(rt.hash_seed, before_epoch=epoch)  # values hashed before the last roll
     total = 0
     for w in range(max(lo, 1), hi + 1):
-        total += await count_window(ctx=ctx, rt=rt, window=w, epoch=epoch)
+        total += await count_window(ctx=ctx, rt=rt, window=w, epoch=epoch, part=part)
     return total
 
 
 COUNT_JOB_TIMEOUT = 600  # one stream's counting job: catching up is bounded by COUNT_SECONDS_MAX
 
 
-async def count_stream(ctx: AppContext, name: str) -> int:
-    """Count stream ``name``'s hot entries accepted since the last run into their window's
-    tables (the worker's ``count_stream`` job); the number of entries counted."""
+async def count_stream(ctx: AppContext, name: str, part: int = 0) -> int:
+    """Count part ``part`` of stream ``name``'s hot windows: the entries accepted since the
+    last run, into their window's tables (the worker's ``count_stream`` job); the number of
+    entries counted. A part the stream does not have (its job outlived a re-creation of the
+    stream with fewer parts) counts nothing."""
     epoch = await ctx.stores.windows.epoch(name)
     if epoch is None:
         return 0
     rt = await streams.runtime(ctx=ctx, name=name)
-    return await count_hot(ctx=ctx, rt=rt, epoch=epoch)
+    if part >= rt.parts:
+        return 0
+    return await count_hot(ctx=ctx, rt=rt, epoch=epoch, part=part)
+
+
+def count_job_key(name: str, part: int) -> str:
+    """The counting job's key: one job per (stream, part) is queued or running at a time."""
+    return f"count:{name}" if part == 0 else f"count:{name}:{part}"
 
 
 async def enqueue_all(ctx: AppContext) -> dict[str, int]:
-    """The counting cron: one ``count_stream`` job per stream, keyed by the stream (a stream
-    whose job is queued or running is skipped), so that the worker's slots and every worker
-    of the deployment count different streams in parallel, while one stream is never counted
-    by two jobs at once (which would only race on its checkpoints)."""
+    """The counting cron: one ``count_stream`` job per (stream, part), keyed by both
+    (``count_job_key``; a part whose job is queued or running is skipped), so that the
+    worker's slots and every worker of the deployment count different streams, and the parts
+    of one stream, in parallel, while one part is never counted by two jobs at once (which
+    would only race on its checkpoints). Part 0's job carries no ``part`` argument (one-part
+    streams' jobs are as before parts existed)."""
     async with ctx.sessionmaker() as session:
-        names = [s.name for s in await repository.list_streams(session)]
+        listed = [
+            (s.name, int(s.config.get("partitions", 1)))
+            for s in await repository.list_streams(session)
+        ]
     enqueued = 0
-    for name in names:
-        enqueued += await ctx.jobs.enqueue(
-            "count_stream",
-            key=f"count:{name}",
-            timeout=COUNT_JOB_TIMEOUT,
-            retries=0,  # the next tick enqueues it again
-            stream=name,
-        )
-    return {"streams": len(names), "enqueued": enqueued}
+    for name, parts in listed:
+        for p in range(parts):
+            part_arg: dict[str, Any] = {"part": p} if p else {}
+            enqueued += await ctx.jobs.enqueue(
+                "count_stream",
+                key=count_job_key(name, p),
+                timeout=COUNT_JOB_TIMEOUT,
+                retries=0,  # the next tick enqueues it again
+                stream=name,
+                **part_arg,
+            )
+    return {"streams": len(listed), "enqueued": enqueued}
 
 
 async def count_all(ctx: AppContext) -> dict[str, int]:
-    """Every stream counted here, one after the other (one stream's failure does not stop
-    the others): what the worker's jobs do, inline, for tests and tools."""
+    """Every stream counted here (every part), one after the other (one stream's failure does
+    not stop the others): what the worker's jobs do, inline, for tests and tools."""
     async with ctx.sessionmaker() as session:
         names = [s.name for s in await repository.list_streams(session)]
     counted = 0
     for name in names:
         try:
-            counted += await count_stream(ctx, name)
+            epoch = await ctx.stores.windows.epoch(name)
+            if epoch is not None:
+                rt = await streams.runtime(ctx=ctx, name=name)
+                counted += await count_hot(ctx=ctx, rt=rt, epoch=epoch)
         except Exception as exc:
             log.error("counting failed for stream %s: %s", name, type(exc).__name__)
     return {"streams": len(names), "counted": counted}

@@ -249,11 +249,13 @@ class ColdSegment(Base):
     period (``service.lifecycle.expire``); an unlock export counts rows by decrypting."""
 
     __tablename__ = "cold_segment"
-    __table_args__ = (UniqueConstraint("stream_id", "epoch", "first_id"),)
+    __table_args__ = (UniqueConstraint("stream_id", "epoch", "part", "first_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     stream_id: Mapped[int] = mapped_column(ForeignKey("stream.id", ondelete="CASCADE"), index=True)
     epoch: Mapped[int] = mapped_column(Integer)
+    # the window's part (``StreamCreate.partitions``): each part's entry ids are its own
+    part: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     first_id: Mapped[str | None] = mapped_column(String(40))
     last_id: Mapped[str | None] = mapped_column(String(40))
     count: Mapped[int | None] = mapped_column(Integer)

@@ -163,12 +163,19 @@ async def label_rates(*, ctx: AppContext, name: str, half_life: float) -> dict:
     fz = await featurizer(ctx=ctx, name=name)
     rt = fz.rt
     windows = list(fz.agg.windows)
-    keys = [ctx.keys.prior(name, w) for w in windows]  # ≤ retention_windows, L cells each
-    raw: list[bytes | None] = []
-    for i in range(0, len(keys), 1000):  # Redis serves others between the steps
-        raw += cast(list[bytes | None], await ctx.redis.mget(keys[i : i + 1000]))
+    # ≤ retention_windows, L cells each, per part; a window's counts: the sum over its parts
+    # (part 0 holds the noise), one MGET per part (each part is its own cluster slot)
+    sums: list[np.ndarray | None] = [np.zeros(len(rt.labels), np.int64) for _ in windows]
+    for p in range(rt.parts):
+        keys = [ctx.keys.prior(name, w, p) for w in windows]
+        raw: list[bytes | None] = []
+        for i in range(0, len(keys), 1000):  # Redis serves others between the steps
+            raw += cast(list[bytes | None], await ctx.redis.mget(keys[i : i + 1000]))
+        for j, b in enumerate(raw):
+            total = sums[j]
+            sums[j] = None if (b is None or total is None) else total + cell_codec.decode(b)
     labels = rt.labels
-    kept = [(w, cell_codec.decode(b)) for w, b in zip(windows, raw, strict=True) if b]
+    kept = [(w, c) for w, c in zip(windows, sums, strict=True) if c is not None]
     pooled = np.zeros(len(labels))
     recent = np.zeros(len(labels))
     out = []
@@ -233,13 +240,13 @@ def _schema(fz: Featurizer) -> pa.Schema:
 
 
 async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.RecordBatch]:
-    """The hot period of the served epoch, window by window up to a snapshot of each window's
-    last entry, featurized run by run (never built whole in memory). The rows the counting job
-    has counted come by column, as it parsed them (``Keys.cols``: Arrow IPC, one per counted
-    run, in order); the rest arrive as chunks of JSON rows (``WindowStore.hot_chunk``), parsed
-    here. Each run is featurized into record batches in a worker thread while the next is
-    read, up to ``TRAINSET_PARALLEL`` at once (most of the work is numpy, which releases the
-    GIL); batches come out in order."""
+    """The hot period of the served epoch, window by window (each window part by part) up to
+    a snapshot of each part's last entry, featurized run by run (never built whole in
+    memory). The rows the counting job has counted come by column, as it parsed them
+    (``Keys.cols``: Arrow IPC, one per counted run, in order); the rest arrive as chunks of
+    JSON rows (``WindowStore.hot_chunk``), parsed here. Each run is featurized into record
+    batches in a worker thread while the next is read, up to ``TRAINSET_PARALLEL`` at once
+    (most of the work is numpy, which releases the GIL); batches come out in order."""
     windows = ctx.stores.windows
     rt = fz.rt
     schema = _schema(fz)
@@ -251,14 +258,15 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
         working.append(asyncio.ensure_future(asyncio.to_thread(job, fz, schema, *args)))
 
     try:
-        for w in range(max(lo, 1), hi + 1):
-            runs = await windows.cols_length(rt.name, w)  # before the last entry: runs ≤ it
-            last = await windows.hot_last_id(rt.name, w)
+        # window by window, each window part by part
+        for w, p in ((w, p) for w in range(max(lo, 1), hi + 1) for p in range(rt.parts)):
+            runs = await windows.cols_length(rt.name, w, p)  # before the last entry: runs ≤ it
+            last = await windows.hot_last_id(rt.name, w, p)
             if last is None:
                 continue
             covered = b""  # the last entry of the counted runs read
             for i in range(runs):
-                blob = await windows.cols_at(rt.name, w, i)
+                blob = await windows.cols_at(rt.name, w, i, p)
                 if blob is None:
                     break  # expired under us
                 after, run_last = hotrows.bounds_of(blob)
@@ -273,7 +281,7 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
                 continue
             begin = b"(" + covered if covered else "-"
             ahead = asyncio.ensure_future(
-                windows.hot_chunk(rt.name, w, begin, last, TRAINSET_CHUNK)
+                windows.hot_chunk(rt.name, w, begin, last, TRAINSET_CHUNK, p)
             )
             while True:
                 chunk = await ahead
@@ -283,7 +291,7 @@ async def train_batches(ctx: AppContext, fz: Featurizer) -> AsyncIterator[pa.Rec
                 more = last_read != last and n >= TRAINSET_CHUNK
                 if more:  # read the next chunk while this one is featurized
                     ahead = asyncio.ensure_future(
-                        windows.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK)
+                        windows.hot_chunk(rt.name, w, b"(" + last_read, last, TRAINSET_CHUNK, p)
                     )
                 start(_json_batches, w, rows)
                 while len(working) >= TRAINSET_PARALLEL:

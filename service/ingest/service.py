@@ -213,10 +213,18 @@ async def ingest(
     await require_coldstore_key(ctx)
     rows = batch_rows(body)
     out = IngestOut(accepted=len(rows), window=0)
+    if idempotency_key is not None and not scope:
+        raise ValueError("ingest: an Idempotency-Key needs its scope (key_scope)")
+    if rt.parts > 1:
+        split = rt.parts_of([o.features for o in body.observations], rows)
+        parts = [[r for r, q in zip(rows, split, strict=True) if q == p] for p in range(rt.parts)]
+        if idempotency_key is None:
+            return await _accept_unkeyed_parts(ctx, name, parts, out), False
+        token = key_token(idempotency_key, rt.hash_seed, scope)
+        fingerprint = batch_fingerprint(rows, rt.hash_seed, token)
+        return await _accept_keyed_parts(ctx, name, parts, token, fingerprint, out)
     if idempotency_key is None:
         return await _accept_unkeyed(ctx, name, rows, out), False
-    if not scope:
-        raise ValueError("ingest: an Idempotency-Key needs its scope (key_scope)")
     store = ctx.stores.ingest
     token = key_token(idempotency_key, rt.hash_seed, scope)
     old = key_token(idempotency_key, rt.hash_seed)
@@ -328,6 +336,117 @@ async def _accept_unkeyed(
             raise Unavailable(f"stream {name!r} is rolling; retry shortly")
         epoch = fresh
     raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
+
+
+async def _accept_unkeyed_parts(
+    ctx: AppContext, name: str, parts: list[list[bytes]], out: IngestOut
+) -> IngestOut:
+    """A batch without a key into a stream of several parts: each part's rows into that part
+    of the open window, recorded nowhere. A roll between two parts sends the rest to the next
+    window (each part's script refuses a closed part); ``window`` is the last window a part
+    went to."""
+    windows = ctx.stores.windows
+    epochs = ctx.caches.open_epochs
+    epoch = epochs.get(name) or await windows.epoch(name)
+    if epoch is None:
+        raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
+    for p, rows in enumerate(parts):
+        if not rows:
+            continue
+        for _ in range(MAX_WINDOW_RETRIES):
+            status, _ = await ctx.stores.ingest.accept(
+                stream=name,
+                window=epoch,
+                token=None,
+                legacy_token=None,
+                fingerprint="0" * 64,  # not stored: no key
+                unbound=lambda: "",
+                legacy=lambda: "",
+                rows=rows,
+                response=b"",
+                ttl=ctx.settings.idempotency_ttl_seconds,
+                part=p,
+            )
+            if status == "ok":
+                break
+            fresh = await windows.epoch(name)  # closed: the stream rolled under us
+            if fresh is None or fresh == epoch:
+                raise Unavailable(f"stream {name!r} is rolling; retry shortly")
+            epoch = fresh
+        else:
+            raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
+    epochs[name] = epoch
+    out.window = epoch
+    return out
+
+
+async def _accept_keyed_parts(
+    ctx: AppContext,
+    name: str,
+    parts: list[list[bytes]],
+    token: str,
+    fingerprint: str,
+    out: IngestOut,
+) -> tuple[IngestOut, bool]:
+    """A keyed batch into a stream of several parts. Parts are separate Redis slots, so no
+    script can accept the batch at once: each part p (every one, in order, an empty part
+    too) is accepted as a batch of its own, exactly once, under the token ``<token>:<p>``
+    (part 0: the key's token) with the whole batch's fingerprint, its own stream-level pointer
+    and its own record in that part of its window (``idem_claim.lua``, ``ingest.lua``). Part 0
+    goes first and holds the only pointer the key cap counts: a key reused with another batch
+    is refused (422) at part 0 before any of the new rows is accepted, since every attempt
+    records part 0 first. A retry after a crash between parts finds the parts already
+    accepted (replayed from their records) and accepts the rest; a roll between parts sends
+    the rest to the next window. ``window`` is the last window a part went to, the same on
+    every retry; the batch is a replay when every part was."""
+    store = ctx.stores.ingest
+    ttl = ctx.settings.idempotency_ttl_seconds
+    cap = ctx.settings.idempotency_max_keys
+    replays, windows = 0, []
+    for p, rows in enumerate(parts):
+        tok = token if p == 0 else f"{token}:{p}"
+        status, epoch, delay = await store.claim(
+            stream=name, token=tok, ttl=ttl, cap=cap, capped=p == 0
+        )
+        if epoch is None:
+            raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
+        if status == "full":
+            raise TooManyRequests(KEYS_FULL.format(name=name, cap=cap), retry_after=delay)
+        for _ in range(MAX_WINDOW_RETRIES):
+            response = IngestOut(accepted=out.accepted, window=epoch)
+            status, stored = await store.accept(
+                stream=name,
+                window=epoch,
+                token=tok,
+                legacy_token=None,
+                fingerprint=fingerprint,
+                unbound=lambda: "",
+                legacy=lambda: "",
+                rows=rows,
+                response=response.model_dump_json().encode(),
+                ttl=ttl,
+                part=p,
+            )
+            if status == "ok":
+                windows.append(epoch)
+                break
+            if status in ("dup", "mismatch"):
+                replayed, _ = _replayed(status, stored)
+                windows.append(replayed.window)
+                replays += 1
+                break
+            status, fresh, delay = await store.claim(
+                stream=name, token=tok, ttl=ttl, cap=cap, closed=epoch, capped=False
+            )
+            if fresh is None or fresh == epoch:
+                raise Unavailable(f"stream {name!r} is rolling; retry shortly")
+            epoch = fresh
+        else:
+            raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
+    out.window = max(windows)
+    if replays < len(parts):
+        ctx.caches.open_epochs[name] = out.window
+    return out, replays == len(parts)
 
 
 def _replayed(status: str, stored: bytes | None) -> tuple[IngestOut, bool]:

@@ -96,7 +96,7 @@ async def expire(
         past = list(await repository.windows_past_retention(session, rt.id, count_lo))
     for w in hot:
         await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
-        await store.delete_hot(rt.name, w.epoch)
+        await store.delete_hot(rt.name, w.epoch, parts=rt.parts)
         await ctx.stores.ingest.forget_unpointed(rt.name, [w.epoch])  # if one failed
         async with ctx.sessionmaker() as session, session.begin():
             row = await session.get(Window, w.id)
@@ -105,7 +105,7 @@ async def expire(
                 await _drop_segment_statistics(session, row)
         deleted_hot += 1
     for w in past:
-        await store.delete_tables(rt.name, w.epoch, ids)
+        await store.delete_tables(rt.name, w.epoch, ids, parts=rt.parts)
     if past:
         async with ctx.sessionmaker() as session, session.begin():
             await session.execute(

@@ -103,7 +103,7 @@ async def roll(
         mark("dropped")
         await store.set_epoch(name, target)
         mark("pointed")
-        await store.set_state(name, previous, "closed")
+        await store.set_state(name, previous, "closed", parts=rt.parts)
         mark("closed")
         await count_closed(ctx=ctx, rt=rt, epoch=target, entering_only=ahead)
         mark("counted")

@@ -113,7 +113,7 @@ async def _prepare(ctx: AppContext, stream: Stream, tables: list[CountTable]) ->
     """Redis: window 1 open, the pointers (epoch = served = 1, an empty aggregate), window 2
     prepared. Clears first what an earlier creation of the name may have left."""
     rt = streams.runtime_of(stream, tables)
-    await windows.forget_leftovers(ctx=ctx, name=rt.name)
+    await windows.forget_leftovers(ctx=ctx, name=rt.name, parts=rt.parts)
     await windows.prepare(ctx=ctx, rt=rt, epoch=1, state="open")
     await windows.initialise_pointers(ctx=ctx, rt=rt)
     pointer.moved(ctx, rt.name, 1)
@@ -126,10 +126,11 @@ async def _discard(ctx: AppContext, stream: Stream) -> None:
     async with ctx.sessionmaker() as session:
         ids = [t.id for t in await repository.tables_of(session, stream.id)]
     store = ctx.stores.windows
+    parts = int(stream.config.get("partitions", 1))
     for epoch in (1, 2):
         if ids:
-            await store.delete_tables(stream.name, epoch, ids)
-        await store.delete_meta(stream.name, epoch)
+            await store.delete_tables(stream.name, epoch, ids, parts=parts)
+        await store.delete_meta(stream.name, epoch, parts=parts)
     await store.delete_aggs_before(stream.name, 2, oldest=1)
     await store.clear_pointers(stream.name)
     pointer.moved(ctx, stream.name, None)

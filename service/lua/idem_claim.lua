@@ -12,8 +12,9 @@
 -- (only when ARGV[3] is '1').
 -- ARGV[1] the pointer's life in seconds (set when it is made, kept when it moves),
 -- ARGV[2] the window the caller found closed without the record ('' for none),
--- ARGV[3] '1' to make a missing pointer, '0' only to look, ARGV[4] the cap, ARGV[5] the
--- current bucket's life in seconds.
+-- ARGV[3] '1' to make a missing pointer, '0' only to look, '2' to make it neither counted
+-- nor capped (the pointer of a batch's part p >= 1: its part 0's pointer was counted),
+-- ARGV[4] the cap, ARGV[5] the current bucket's life in seconds.
 -- Returns {'none'} (no open epoch) | {'new', epoch} | {'absent', epoch} (not made) |
 -- {'full', epoch} (not made: the cap is reached) | {'at', window} | {'moved', epoch}.
 local at = redis.call('GET', KEYS[1])
@@ -30,6 +31,10 @@ if at then
   end
   redis.call('SET', KEYS[1], epoch, 'KEEPTTL')
   return {'moved', epoch}
+end
+if ARGV[3] == '2' then
+  redis.call('SET', KEYS[1], epoch, 'EX', ARGV[1])
+  return {'new', epoch}
 end
 if ARGV[3] ~= '1' then
   return {'absent', epoch}

@@ -87,19 +87,20 @@ async def _hot_matrix(
     for w in range(max(epoch - rt.config.hot_windows, 1), epoch):
         window_feats: list[dict] = []
         window_labels: list[int] = []
-        last = await store.hot_last_id(rt.name, w)
-        start: bytes | str = "-"
-        while last is not None:
-            entries = await store.hot_range(rt.name, w, start, last, READ_CHUNK)
-            if not entries:
-                break
-            for _, fields in entries:
-                rec = orjson.loads(fields[b"d"])
-                window_feats.append(rec["f"])
-                window_labels.append(rt.label_index[rec["y"]])
-            if entries[-1][0] == last:
-                break
-            start = b"(" + entries[-1][0]
+        for p in range(rt.parts):  # a user's rows are all in one part, in arrival order
+            last = await store.hot_last_id(rt.name, w, p)
+            start: bytes | str = "-"
+            while last is not None:
+                entries = await store.hot_range(rt.name, w, start, last, READ_CHUNK, p)
+                if not entries:
+                    break
+                for _, fields in entries:
+                    rec = orjson.loads(fields[b"d"])
+                    window_feats.append(rec["f"])
+                    window_labels.append(rt.label_index[rec["y"]])
+                if entries[-1][0] == last:
+                    break
+                start = b"(" + entries[-1][0]
         if user_spec is not None:
             keep = _counted(window_feats, user_spec, privacy.max_contributions_per_window)
             window_feats = [f for f, k in zip(window_feats, keep.tolist(), strict=True) if k]

@@ -26,14 +26,14 @@ class CountingStore:
         self.k = keys
         self._count = redis.register_script(source("count"))
 
-    async def counted(self, s: str, w: int) -> bytes:
-        """The window's counting checkpoint: the id of the last hot entry counted (b'' when
-        none is)."""
-        v = await self.r.hget(self.k.meta(s, w), "counted")
+    async def counted(self, s: str, w: int, p: int = 0) -> bytes:
+        """Part ``p`` of the window's counting checkpoint: the id of the last hot entry counted
+        (b'' when none is)."""
+        v = await self.r.hget(self.k.meta(s, w, p), "counted")
         return cast(bytes, v) if v is not None else b""
 
     async def read_tables(
-        self, *, stream: str, window: int, table_ids: Sequence[int]
+        self, *, stream: str, window: int, table_ids: Sequence[int], part: int = 0
     ) -> tuple[bytes, list[bytes | None]]:
         """The window's counting checkpoint, then these tables as stored (None: missing), a few
         at a time (``mget_stepwise``: Redis serves others in between). Not atomic, and need
@@ -42,36 +42,41 @@ class CountingStore:
         compare-and-set of a count built on them (expecting that checkpoint) fails as stale.
         What a count that succeeds built on is exactly what counting up to the checkpoint
         left."""
-        checkpoint = await self.r.hget(self.k.meta(stream, window), "counted")
-        tables = await mget_stepwise(self.r, [self.k.table(stream, window, t) for t in table_ids])
+        checkpoint = await self.r.hget(self.k.meta(stream, window, part), "counted")
+        tables = await mget_stepwise(
+            self.r, [self.k.table(stream, window, t, part) for t in table_ids]
+        )
         return (
             bytes(cast(bytes, checkpoint)) if checkpoint is not None else b"",
             [bytes(t) if t is not None else None for t in tables],
         )
 
     async def stage(
-        self, *, stream: str, window: int, token: str, tables: dict[int, bytes]
+        self, *, stream: str, window: int, token: str, tables: dict[int, bytes], part: int = 0
     ) -> None:
         """Write tables' new cells to this run's staging keys (``Keys.stage``), for count.lua
         to move into place if its compare-and-set succeeds."""
         pipe = self.r.pipeline(transaction=False)
         for t, value in tables.items():
-            pipe.set(self.k.stage(stream, window, token, t), value, ex=STAGE_TTL_SECONDS)
+            pipe.set(self.k.stage(stream, window, token, t, part), value, ex=STAGE_TTL_SECONDS)
         await pipe.execute()
 
-    async def unstage(self, *, stream: str, window: int, token: str, table_ids: list[int]) -> None:
+    async def unstage(
+        self, *, stream: str, window: int, token: str, table_ids: list[int], part: int = 0
+    ) -> None:
         """Delete a run's staging keys that a failed compare-and-set left."""
         if table_ids:
             pipe = self.r.pipeline(transaction=False)
             for t in table_ids:
-                pipe.delete(self.k.stage(stream, window, token, t))
+                pipe.delete(self.k.stage(stream, window, token, t, part))
             await pipe.execute()
 
-    async def seen(self, s: str, w: int, users: Sequence[str]) -> list[int]:
-        """Each user's observations seen so far in the window (0 for a new user)."""
+    async def seen(self, s: str, w: int, users: Sequence[str], p: int = 0) -> list[int]:
+        """Each user's observations seen so far in the window (0 for a new user); a user's
+        observations all go to one part (``StreamRuntime.parts_of``), whose counters these are."""
         if not users:
             return []
-        got = await self.r.hmget(self.k.users(s, w), list(users))
+        got = await self.r.hmget(self.k.users(s, w, p), list(users))
         return [int(v) if v is not None else 0 for v in cast(list, got)]
 
     async def count(
@@ -88,6 +93,7 @@ class CountingStore:
         users: bytes,
         users_ttl: int,
         columns: bytes,
+        part: int = 0,
     ) -> tuple[str, bytes | None]:
         """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
         atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
@@ -96,13 +102,15 @@ class CountingStore:
         key of ``token`` (``stage``), else ``values[i]`` is its increments
         (``service.core.features.counting.pack_ops``); the prior table's last (never staged).
         ``users``: ``b'hash seen ...'``; ``columns``: the run's rows by column, appended to the
-        window's ``cols`` list."""
-        keys = [self.k.meta(stream, window), self.k.users(stream, window)]
-        keys.append(self.k.cols(stream, window))
-        keys += [self.k.table(stream, window, t) for t in table_ids]
-        keys.append(self.k.prior(stream, window))
+        window's ``cols`` list. ``part``: the part of the window counted (every key is that
+        part's)."""
+        p = part
+        keys = [self.k.meta(stream, window, p), self.k.users(stream, window, p)]
+        keys.append(self.k.cols(stream, window, p))
+        keys += [self.k.table(stream, window, t, p) for t in table_ids]
+        keys.append(self.k.prior(stream, window, p))
         keys += [
-            self.k.stage(stream, window, token, t)
+            self.k.stage(stream, window, token, t, p)
             for t, s in zip(table_ids, staged, strict=False)
             if s
         ]

@@ -65,6 +65,7 @@ class IngestStore:
         cap: int,
         closed: int | None = None,
         create: bool = True,
+        capped: bool = True,
     ) -> tuple[str, int | None, int]:
         """The window a batch with this keyed token goes to, and a delay: ``('new', open
         epoch)`` (the first request with the key: the pointer is made, for ``ttl`` seconds;
@@ -72,13 +73,14 @@ class IngestStore:
         made: the stream holds ``cap`` pointers; the delay is when the oldest may have gone),
         ``('at', window)`` (the pointer's window), ``('moved', open epoch)`` (``closed``, where
         the pointer was, is closed without the batch: the pointer moved) or ``('none', None)``
-        (no open epoch)."""
+        (no open epoch). ``capped`` False: a pointer made is neither counted nor refused for
+        the cap (the pointer of a batch's part ≥ 1, whose part 0 was)."""
         size = math.ceil(ttl / COUNT_BUCKETS)
         now = time.time()
         bucket = int(now // size)
         counts = (
             [self.k.idem_count(stream, bucket - i) for i in range(COUNT_BUCKETS + 1)]
-            if create
+            if create and capped
             else []
         )
         res = await self._claim(
@@ -86,7 +88,7 @@ class IngestStore:
             args=[
                 ttl,
                 "" if closed is None else str(closed),
-                "1" if create else "0",
+                ("1" if capped else "2") if create else "0",
                 cap,
                 size * (COUNT_BUCKETS + 2),
             ],
@@ -109,6 +111,7 @@ class IngestStore:
         unscoped: tuple[str, Callable[[], str]] | None = None,
         response: bytes,
         ttl: int,
+        part: int = 0,
     ) -> tuple[str, bytes | None]:
         """Append a batch's raw rows to the window's hot stream if the idempotency token
         (None: no key, nothing recorded) is new to the window and the window open:
@@ -116,14 +119,16 @@ class IngestStore:
         ``('dup', stored response)`` (the token was used by a batch of this fingerprint) or
         ``('mismatch', None)`` (by another batch). The record lives ``ttl`` seconds.
         ``unscoped``: the key's token as written before tokens were scoped to their producer
-        and the batch's fingerprint under it, to find such a record (read, never written)."""
+        and the batch's fingerprint under it, to find such a record (read, never written).
+        ``part``: the part of the window the rows go to (its meta, records and hot stream)."""
         if len(fingerprint) != FINGERPRINT_LEN:
             raise ValueError("fingerprint: 64 hex digits")
+        p = part
         keys = [
-            self.k.meta(stream, window),
-            self.k.idem_window(stream, window),
-            self.k.hot(stream, window),
-            self.k.idem(stream, window, legacy_token or "-"),
+            self.k.meta(stream, window, p),
+            self.k.idem_window(stream, window, p),
+            self.k.hot(stream, window, p),
+            self.k.idem(stream, window, legacy_token or "-", p),
         ]
         old = unscoped[0] if unscoped else ""
         args: list[str | bytes | int] = [

@@ -1,5 +1,8 @@
-"""Redis key names. Every key of one (stream, window) shares the hash tag ``{<stream>:<window>}``
-and every stream-level key the tag ``{<stream>}``, so the service works on Redis Cluster."""
+"""Redis key names. Every key of one partition of a (stream, window) shares a hash tag,
+``{<stream>:<window>}`` for partition 0 and ``{<stream>:<window>:<p>}`` for partition p ≥ 1
+(a stream of one partition has today's names only), and every stream-level key the tag
+``{<stream>}``, so the service works on Redis Cluster and a cluster spreads one window's
+partitions over its masters."""
 
 from __future__ import annotations
 
@@ -32,44 +35,49 @@ class Keys:
     def lock(self, s: str, what: str) -> str:
         return f"{self.prefix}:{{{s}}}:lock:{what}"
 
-    # window level
-    def meta(self, s: str, w: int) -> str:
-        return f"{self.prefix}:{{{s}:{w}}}:meta"
+    # window level: partition p of window w
+    @staticmethod
+    def _tag(s: str, w: int, p: int) -> str:
+        return f"{{{s}:{w}}}" if p == 0 else f"{{{s}:{w}:{p}}}"
 
-    def table(self, s: str, w: int, table_id: int) -> str:
-        return f"{self.prefix}:{{{s}:{w}}}:t:{table_id}"
+    def meta(self, s: str, w: int, p: int = 0) -> str:
+        return f"{self.prefix}:{self._tag(s, w, p)}:meta"
 
-    def prior(self, s: str, w: int) -> str:
-        return f"{self.prefix}:{{{s}:{w}}}:prior"
+    def table(self, s: str, w: int, table_id: int, p: int = 0) -> str:
+        return f"{self.prefix}:{self._tag(s, w, p)}:t:{table_id}"
 
-    def hot(self, s: str, w: int) -> str:
-        return f"{self.prefix}:{{{s}:{w}}}:hot"
+    def prior(self, s: str, w: int, p: int = 0) -> str:
+        return f"{self.prefix}:{self._tag(s, w, p)}:prior"
 
-    def cols(self, s: str, w: int) -> str:
+    def hot(self, s: str, w: int, p: int = 0) -> str:
+        return f"{self.prefix}:{self._tag(s, w, p)}:hot"
+
+    def cols(self, s: str, w: int, p: int = 0) -> str:
         """The counted hot rows by column (``service.core.features.hotrows.to_ipc``), a list."""
-        return f"{self.prefix}:{{{s}:{w}}}:cols"
+        return f"{self.prefix}:{self._tag(s, w, p)}:cols"
 
-    def stage(self, s: str, w: int, token: str, table_id: int) -> str:
+    def stage(self, s: str, w: int, token: str, table_id: int, p: int = 0) -> str:
         """A count table's new cells written by one counting run before its compare-and-set."""
-        return f"{self.prefix}:{{{s}:{w}}}:stage:{token}:{table_id}"
+        return f"{self.prefix}:{self._tag(s, w, p)}:stage:{token}:{table_id}"
 
-    def users(self, s: str, w: int) -> str:
+    def users(self, s: str, w: int, p: int = 0) -> str:
         """Per-user observation counters of a window (keyed hashes of user ids, never raw)."""
-        return f"{self.prefix}:{{{s}:{w}}}:users"
+        return f"{self.prefix}:{self._tag(s, w, p)}:users"
 
-    def idem_window(self, s: str, w: int) -> str:
+    def idem_window(self, s: str, w: int, p: int = 0) -> str:
         """The window's accepted keyed batches: a hash, keyed token -> keyed fingerprint and
         response (``service.stores.ingest``); expires idempotency_ttl_seconds after its last
         record."""
-        return f"{self.prefix}:{{{s}:{w}}}:idem"
+        return f"{self.prefix}:{self._tag(s, w, p)}:idem"
 
-    def idem(self, s: str, w: int, token: str) -> str:
+    def idem(self, s: str, w: int, token: str, p: int = 0) -> str:
         """A batch's record as written before keyed fingerprints (one string per batch, with a
-        TTL, ``token`` the SHA-256 of its Idempotency-Key): read, never written."""
-        return f"{self.prefix}:{{{s}:{w}}}:idem:{token}"
+        TTL, ``token`` the SHA-256 of its Idempotency-Key): read, never written (only part 0
+        can hold one: parts came later)."""
+        return f"{self.prefix}:{self._tag(s, w, p)}:idem:{token}"
 
-    def window_pattern(self, s: str, w: int) -> str:
-        return f"{self.prefix}:{{{s}:{w}}}:*"
+    def window_pattern(self, s: str, w: int, p: int = 0) -> str:
+        return f"{self.prefix}:{self._tag(s, w, p)}:*"
 
     # annotation queue level: every key of a queue shares the tag {q:<queue>}
     def queue(self, q: str, what: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -62,34 +62,72 @@ class WindowStore:
         prior: np.ndarray,
         *,
         state: str,
+        parts: int = 1,
     ) -> bool:
-        """Write noise-initialised tables unless the window already opened; atomic. The
-        tables are staged by plain SETs (Redis serves others in between) and moved into
-        place by ``prepare.lua`` with RENAME, so no script holds Redis for their bytes."""
+        """Write noise-initialised tables unless the window already opened; atomic per part.
+        The tables are staged by plain SETs (Redis serves others in between) and moved into
+        place by ``prepare.lua`` with RENAME, so no script holds Redis for their bytes. With
+        ``parts`` > 1, parts 1 … parts − 1 get tables of zeros first and part 0, whose state is
+        the window's, gets the noise last: the window's noise is drawn once, and a window's
+        tables summed over its parts are noise + exact counts as with one part. A crash
+        between parts leaves part 0 unprepared, so the next call prepares every part again
+        (a part already open or closed is left as it is)."""
+        written = False
+        for p in reversed(range(parts)):
+            if p:
+                zeros = {tid: np.zeros_like(cells) for tid, cells in tables.items()}
+                written = await self._write_part(s, w, p, zeros, np.zeros_like(prior), state)
+            else:
+                written = await self._write_part(s, w, 0, tables, prior, state)
+        return written
+
+    async def _write_part(
+        self,
+        s: str,
+        w: int,
+        p: int,
+        tables: dict[int, np.ndarray],
+        prior: np.ndarray,
+        state: str,
+    ) -> bool:
         token = secrets.token_hex(8)
-        values = {self.k.table(s, w, tid): cells for tid, cells in tables.items()}
-        values[self.k.prior(s, w)] = prior
+        values = {self.k.table(s, w, tid, p): cells for tid, cells in tables.items()}
+        values[self.k.prior(s, w, p)] = prior
         stages = [f"{key}:stage:{token}" for key in values]
         try:
             for stage, cells in zip(stages, values.values(), strict=True):
                 await self.r.set(stage, cell_codec.encode(cells), ex=STAGE_TTL_SECONDS)
-            keys = [self.k.meta(s, w), *values, *stages]
+            keys = [self.k.meta(s, w, p), *values, *stages]
             return bool(await self._prepare(keys=keys, args=[state, len(values)]))
         except BaseException:
             await asyncio.shield(self.r.delete(*stages))
             raise
 
-    async def set_state(self, s: str, w: int, state: str) -> None:
-        await self.r.hset(self.k.meta(s, w), "state", state)
+    async def set_state(self, s: str, w: int, state: str, *, parts: int = 1) -> None:
+        """Set the window's state in every part, part 0 (whose state is the window's) last,
+        so a crash in between is seen as the state not set yet and the caller sets it again."""
+        for p in reversed(range(parts)):
+            await self.r.hset(self.k.meta(s, w, p), "state", state)
 
     async def read_window(
-        self, s: str, w: int, table_ids: Sequence[int], *, cells: int
+        self, s: str, w: int, table_ids: Sequence[int], *, cells: int, parts: int = 1
     ) -> np.ndarray | None:
         """A window's tables (in ``table_ids`` order) and its prior table as one flat int64
-        array; None if the window has no tables (never existed or deleted). A
-        table missing in a window that has others reads as zeros (it did not exist yet); a
-        table has ``cells`` cells."""
-        keys = [self.k.table(s, w, t) for t in table_ids] + [self.k.prior(s, w)]
+        array, summed over its ``parts`` parts; None if the window has no tables (never
+        existed or deleted). A table missing in a window that has others reads as zeros (it
+        did not exist yet); a table has ``cells`` cells."""
+        total: np.ndarray | None = None
+        for p in range(parts):
+            flat = await self._read_part(s, w, p, table_ids, cells)
+            if flat is None:  # deleted (every part goes in one roll): none of it is counted
+                return None
+            total = flat if total is None else total + flat
+        return total
+
+    async def _read_part(
+        self, s: str, w: int, p: int, table_ids: Sequence[int], cells: int
+    ) -> np.ndarray | None:
+        keys = [self.k.table(s, w, t, p) for t in table_ids] + [self.k.prior(s, w, p)]
         # Several MGETs, one after the other, so Redis serves others in between. A deletion
         # removes every table and the prior in one DEL, and the prior is read last: if it is
         # there, every piece before it was read before any deletion.
@@ -100,29 +138,37 @@ class WindowStore:
         return cell_codec.decode(b"".join(b if b is not None else zeros for b in raw))
 
     async def read_tables(
-        self, s: str, w: int, table_ids: Sequence[int], *, cells: int
+        self, s: str, w: int, table_ids: Sequence[int], *, cells: int, parts: int = 1
     ) -> tuple[dict[int, np.ndarray], np.ndarray] | None:
         """The same, split per table: ({table id: cells}, prior)."""
-        flat = await self.read_window(s, w, table_ids, cells=cells)
+        flat = await self.read_window(s, w, table_ids, cells=cells, parts=parts)
         if flat is None:
             return None
         n = cells
         tables = {tid: flat[i * n : (i + 1) * n] for i, tid in enumerate(table_ids)}
         return tables, flat[len(table_ids) * n :]
 
-    async def delete_tables(self, s: str, w: int, table_ids: Sequence[int]) -> None:
+    async def delete_tables(
+        self, s: str, w: int, table_ids: Sequence[int], *, parts: int = 1
+    ) -> None:
         # UNLINK: gone from the keyspace at once, freed by Redis's background thread (a DEL of
-        # big values frees them in the thread that serves every client)
-        await self.r.unlink(*[self.k.table(s, w, t) for t in table_ids], self.k.prior(s, w))
+        # big values frees them in the thread that serves every client). One command a part:
+        # each part is its own cluster slot.
+        for p in range(parts):
+            await self.r.unlink(
+                *[self.k.table(s, w, t, p) for t in table_ids], self.k.prior(s, w, p)
+            )
 
-    async def delete_hot(self, s: str, w: int) -> None:
-        await self.r.unlink(self.k.hot(s, w), self.k.cols(s, w), self.k.users(s, w))
+    async def delete_hot(self, s: str, w: int, *, parts: int = 1) -> None:
+        for p in range(parts):
+            await self.r.unlink(self.k.hot(s, w, p), self.k.cols(s, w, p), self.k.users(s, w, p))
 
-    async def delete_meta(self, s: str, w: int) -> None:
-        await self.r.delete(self.k.meta(s, w))
+    async def delete_meta(self, s: str, w: int, *, parts: int = 1) -> None:
+        for p in reversed(range(parts)):  # part 0, the window's state, last
+            await self.r.delete(self.k.meta(s, w, p))
 
-    async def hot_length(self, s: str, w: int) -> int:
-        return int(await self.r.xlen(self.k.hot(s, w)))
+    async def hot_length(self, s: str, w: int, *, parts: int = 1) -> int:
+        return sum([int(await self.r.xlen(self.k.hot(s, w, p))) for p in range(parts)])
 
     # -- epoch pointers -----------------------------------------------------------------
     async def epoch(self, s: str) -> int | None:
@@ -217,19 +263,19 @@ class WindowStore:
         await self.r.unlink(self.k.agg(s, epoch))
 
     # -- hot stream ---------------------------------------------------------------------
-    async def hot_last_id(self, s: str, w: int) -> bytes | None:
-        last = await self.r.xrevrange(self.k.hot(s, w), count=1)
+    async def hot_last_id(self, s: str, w: int, p: int = 0) -> bytes | None:
+        last = await self.r.xrevrange(self.k.hot(s, w, p), count=1)
         return cast(bytes, last[0][0]) if last else None
 
     async def hot_chunk(
-        self, s: str, w: int, start: bytes | str, end: bytes | str, count: int
+        self, s: str, w: int, start: bytes | str, end: bytes | str, count: int, p: int = 0
     ) -> tuple[bytes, int, bytes] | None:
         """Up to ``count`` entries of window ``w``'s hot stream in ``[start, end]``:
         ``(last entry id, number of entries, b'row,row,...')`` with each entry's raw JSON row
         (``service.core.features.hotrows`` reads it), or None when there are none. Read by plain
         ``XRANGE`` in steps of ``HOT_STEP`` entries, joined here: Redis, which every client
-        shares, only hands back stored bytes."""
-        key = self.k.hot(s, w)
+        shares, only hands back stored bytes. ``p``: the window's part."""
+        key = self.k.hot(s, w, p)
         parts: list[bytes] = []
         total, last = 0, b""
         while total < count:
@@ -253,17 +299,35 @@ class WindowStore:
             return None
         return last, total, b",".join(parts)
 
-    async def cols_length(self, s: str, w: int) -> int:
-        return int(await self.r.llen(self.k.cols(s, w)))
+    async def hot_rows(
+        self, s: str, w: int, *, parts: int = 1, count: int = HOT_STEP
+    ) -> AsyncIterator[bytes]:
+        """Every hot entry of window ``w`` as chunks of ``row,row,...`` (``hot_chunk``, up to
+        ``count`` entries each), part by part, each part in entry order."""
+        for p in range(parts):
+            start: bytes | str = "-"
+            while True:
+                chunk = await self.hot_chunk(s, w, start, "+", count, p)
+                if chunk is None:
+                    break
+                last, n, rows = chunk
+                yield rows
+                if n < count:
+                    break
+                start = b"(" + last
 
-    async def cols_at(self, s: str, w: int, i: int) -> bytes | None:
-        """The ``i``-th counted run of window ``w`` (``hotrows.to_ipc``); runs never change."""
-        return cast(bytes | None, await self.r.lindex(self.k.cols(s, w), i))
+    async def cols_length(self, s: str, w: int, p: int = 0) -> int:
+        return int(await self.r.llen(self.k.cols(s, w, p)))
+
+    async def cols_at(self, s: str, w: int, i: int, p: int = 0) -> bytes | None:
+        """The ``i``-th counted run of part ``p`` of window ``w`` (``hotrows.to_ipc``); runs
+        never change."""
+        return cast(bytes | None, await self.r.lindex(self.k.cols(s, w, p), i))
 
     async def hot_range(
-        self, s: str, w: int, start: bytes | str, end: bytes | str, count: int
+        self, s: str, w: int, start: bytes | str, end: bytes | str, count: int, p: int = 0
     ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        entries = await self.r.xrange(self.k.hot(s, w), min=start, max=end, count=count)
+        entries = await self.r.xrange(self.k.hot(s, w, p), min=start, max=end, count=count)
         return cast(list[tuple[bytes, dict[bytes, bytes]]], entries)
 
     # -- locks --------------------------------------------------------------------------

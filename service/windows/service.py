@@ -54,7 +54,7 @@ async def prepare(
         return False
     if current == "prepared":
         if state == "open":
-            await store.set_state(rt.name, epoch, "open")
+            await store.set_state(rt.name, epoch, "open", parts=rt.parts)
         return False
     live = [t for t in rt.tables if t.first_epoch <= epoch]
     tables, prior = await ctx.run_cpu(
@@ -66,16 +66,16 @@ async def prepare(
         rt.spec.cells,
         rt.spec.n_labels,
     )
-    return await store.write_tables(rt.name, epoch, tables, prior, state=state)
+    return await store.write_tables(rt.name, epoch, tables, prior, state=state, parts=rt.parts)
 
 
-async def forget_leftovers(*, ctx: AppContext, name: str) -> None:
+async def forget_leftovers(*, ctx: AppContext, name: str, parts: int = 1) -> None:
     """Before a new stream's first windows are prepared: drop window state and pointers that a
     creation of the same name left behind when its SQL transaction failed after writing to
     Redis (the name is new in SQL, so nothing under it in Redis is live)."""
     store = ctx.stores.windows
-    await store.delete_meta(name, 1)
-    await store.delete_meta(name, 2)
+    await store.delete_meta(name, 1, parts=parts)
+    await store.delete_meta(name, 2, parts=parts)
     await store.clear_pointers(name)
 
 
@@ -124,13 +124,13 @@ async def build_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> 
     cells = prev.aligned(layout, rt.spec.n_labels)
     windows = [w for w in prev.windows if w >= lo]
     for w in (w for w in prev.windows if w < lo):
-        leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells)
+        leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells, parts=rt.parts)
         if leaving is None:  # deleted already: cannot subtract, so sum afresh
             await _sum_afresh(ctx, rt, epoch, lo, hi, ids)
             return True
         cells -= leaving
     if hi >= 1 and hi not in windows:
-        entering = await store.read_window(rt.name, hi, ids, cells=rt.spec.cells)
+        entering = await store.read_window(rt.name, hi, ids, cells=rt.spec.cells, parts=rt.parts)
         if entering is not None:
             cells += entering
             windows.append(hi)
@@ -155,7 +155,7 @@ async def trim_aggregate(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> N
     cells = prev.cells.copy()
     ids = [tid for tid, _ in prev.layout]
     for w in (w for w in prev.windows if w < lo):
-        leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells)
+        leaving = await store.read_window(rt.name, w, ids, cells=rt.spec.cells, parts=rt.parts)
         if leaving is None or leaving.size != cells.size:
             await store.delete_agg(rt.name, epoch - 1)
             return
@@ -179,7 +179,7 @@ async def drop_leaving(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> Non
     if served is not None:
         await store.delete_aggs_before(rt.name, served, oldest=served - 64)
     if leaving >= 1:
-        await store.delete_tables(rt.name, leaving, [t.id for t in rt.tables])
+        await store.delete_tables(rt.name, leaving, [t.id for t in rt.tables], parts=rt.parts)
 
 
 async def build_next(*, ctx: AppContext, rt: StreamRuntime, epoch: int) -> bool:
@@ -210,7 +210,7 @@ async def _sum_afresh(
     cells = np.zeros(rt.spec.cells * len(ids) + rt.spec.n_labels, np.int64)
     windows: list[int] = []
     for w in range(max(lo, 1), hi + 1):
-        flat = await store.read_window(rt.name, w, ids, cells=rt.spec.cells)
+        flat = await store.read_window(rt.name, w, ids, cells=rt.spec.cells, parts=rt.parts)
         if flat is None:
             continue
         cells += flat
@@ -252,7 +252,9 @@ async def list_windows(
     for w in await repository.windows_of(session, row.id, limit=limit):
         p = period(w.epoch)
         stored = {c: getattr(w, c) for c in WindowOut.model_fields if c not in computed}
-        live = await store.hot_length(name, w.epoch) if p in ("open", "hot") else None
+        live = (
+            await store.hot_length(name, w.epoch, parts=rt.parts) if p in ("open", "hot") else None
+        )
         windows.append(WindowOut.model_validate({**stored, "period": p, "observations": live}))
     return WindowsOut(
         epoch=row.epoch,

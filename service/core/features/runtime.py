@@ -3,10 +3,12 @@ and its derivation: ``service.core.dp.budget``)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from service.core.dp.budget import Noise, noise_for
-from service.core.features.columns import FeatureSpec
+from service.core.features.columns import FeatureSpec, canonical_value
 from service.core.streamconfig import StreamCreate
 from service.core.tables.sketch import SketchSpec
 
@@ -70,6 +72,39 @@ class StreamRuntime:
         if table.reason != "feature":
             return 1.0
         return self.config.privacy.table_weights.get(table.name, 1.0)
+
+    @property
+    def parts(self) -> int:
+        """How many parts each window is split into (``StreamCreate.partitions``)."""
+        return self.config.partitions
+
+    def parts_of(
+        self, features: Sequence[Mapping[str, object]], rows: Sequence[bytes]
+    ) -> list[int]:
+        """Each row's part of the window: a keyed hash (BLAKE2b with the stream's hash seed) of
+        the canonical value of its user key (``privacy.user_key``; the per-user counters that
+        bound a user's contribution are per part, and every observation of one user goes to
+        the same part, so the bound holds per window exactly), else of the row as stored
+        (``rows``: deterministic, so a retried batch splits as its first attempt did). All 0
+        with one part."""
+        n = self.parts
+        if n == 1:
+            return [0] * len(rows)
+        user_key = self.config.privacy.user_key
+        seed = self.hash_seed[:64]
+        if user_key is None:
+            keys: Sequence[bytes] = rows
+        else:
+            spec = next(f for f in self.features if f.name == user_key)
+            keys = [canonical_value(f.get(user_key), spec) for f in features]
+        return [
+            int.from_bytes(
+                hashlib.blake2b(k, key=seed, person=b"selectivity-prt", digest_size=8).digest(),
+                "little",
+            )
+            % n
+            for k in keys
+        ]
 
     @property
     def prior_weight(self) -> float:
