@@ -2,7 +2,7 @@
 test suite's three-master Redis Cluster), a SQL database (a fresh PostgreSQL schema, or SQLite in
 the data dir), and N ``selectivity serve`` processes on their own ports with M ``selectivity
 worker`` processes, all started as production starts them (``service.cli.entry``), with the CPU time
-of each process tree."""
+of each process tree; and the checks of a partitioned stream's counting (``counted_up``)."""
 
 from __future__ import annotations
 
@@ -207,6 +207,13 @@ class Backend:
             return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
         return redis.Redis(port=self.ports[0])
 
+    def port_of(self, key: str) -> int:
+        """The Redis port holding ``key`` (the cluster's master of its slot)."""
+        if self.kind != "cluster":
+            return self.ports[0]
+        with redis.RedisCluster(host="127.0.0.1", port=self.ports[0]) as r:
+            return int(r.get_node_from_key(key).port)
+
     def redis_pids(self) -> list[int]:
         out = []
         for p in self.ports:
@@ -307,26 +314,39 @@ class Processes:
             f.close()
 
 
-def create_stream(be: Backend, port: int, name: str) -> None:
-    api(port, "POST", "/v1/streams", be.admin, stream_body(name))
+def create_stream(be: Backend, port: int, name: str, partitions: int = 1) -> None:
+    """The click log's stream, split in ``partitions`` parts (the setting is sent only when
+    above 1, its default)."""
+    body = stream_body(name)
+    if partitions > 1:
+        body["partitions"] = partitions
+    api(port, "POST", "/v1/streams", be.admin, body)
 
 
-def counted_up(r: Any, keys: Keys, name: str, window: int = 1) -> bool:
-    """Whether the counting job has counted every accepted entry of the window (its
-    checkpoint is the hot stream's last entry)."""
-    last = r.xrevrange(keys.hot(name, window), count=1)
-    return not last or r.hget(keys.meta(name, window), "counted") == last[0][0]
+def counted_up(r: Any, keys: Keys, name: str, window: int = 1, partitions: int = 1) -> bool:
+    """Whether the counting jobs have counted every accepted entry of the window, in each of
+    its partitions (a partition's checkpoint is its hot stream's last entry)."""
+    for p in range(partitions):
+        last = r.xrevrange(keys.hot(name, window, p), count=1)
+        if last and r.hget(keys.meta(name, window, p), "counted") != last[0][0]:
+            return False
+    return True
 
 
-def wait_counted(be: Backend, names: list[str], bound: float) -> float:
-    """Block until every stream of ``names`` is counted up (window 1); returns the time.time()
-    at which the last was."""
+def part_rows(r: Any, keys: Keys, name: str, partitions: int, window: int = 1) -> list[int]:
+    """Entries in each partition's hot stream of the window."""
+    return [int(r.xlen(keys.hot(name, window, p))) for p in range(partitions)]
+
+
+def wait_counted(be: Backend, streams: dict[str, int], bound: float) -> float:
+    """Block until every stream of ``streams`` (name -> partitions) is counted up (window 1);
+    returns the time.time() at which the last was."""
     r = be.client()
     try:
         t0 = time.monotonic()
-        left = list(names)
+        left = dict(streams)
         while left:
-            left = [n for n in left if not counted_up(r, be.keys, n)]
+            left = {n: p for n, p in left.items() if not counted_up(r, be.keys, n, 1, p)}
             if not left:
                 break
             if time.monotonic() - t0 > bound:

@@ -1,7 +1,8 @@
 """The load generator's jobs, each run in a process of its own (a spawn pool of ``clients``
 processes, one connection per API process): its bodies are built first, then it waits for the
 common start time, so that every client starts together; requests go round-robin over the API
-processes, as a load balancer would send them."""
+processes, as a load balancer would send them. The baseline, ``job_xadd``, writes the same rows
+straight into one Redis stream key, no service in between."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import orjson
+import redis
 
 from bench.ingestload import Ingest, ingest_bodies
-from bench.speed.load import log_of
+from bench.speed.load import log_of, stored_rows
 
 
 def warm(n: int, seed: int, hold: float) -> int:
@@ -100,3 +102,25 @@ def job_featurize(
     for c in conns:
         c.close()
     return {"requests": i, "latencies": latencies, "start": t0, "end": t1, "client_cpu": cpu}
+
+
+def job_xadd(
+    port: int, stream_key: str, n: int, seed: int, lo: int, hi: int, batch: int, start_at: float
+) -> dict[str, float]:
+    """The baseline: rows ``lo:hi`` as the service stores them (the hot stream's JSON entry)
+    XADDed into ``stream_key`` of the Redis at ``port`` by one redis-py client, pipelined
+    ``batch`` at a time (no transaction): rows, seconds, client CPU. The key is emptied
+    first, before the clock."""
+    rows = stored_rows(log_of(n, seed), lo, hi)
+    r = redis.Redis(port=port)
+    r.delete(stream_key)
+    _until(start_at)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for s in range(0, len(rows), batch):
+        pipe = r.pipeline(transaction=False)
+        for row in rows[s : s + batch]:
+            pipe.xadd(stream_key, {"d": row})
+        pipe.execute()
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    r.close()
+    return {"rows": len(rows), "seconds": dt, "client_cpu": cpu}

@@ -1,9 +1,12 @@
-"""The scale benchmark's tables and plot: medians over repeats, ratios to 1 API / 1 worker on
-the same Redis (median of the per-repeat ratios), CPU per row or request by role."""
+"""The scale benchmark's tables, prose and plot: medians over repeats; ratios within one repeat
+(W workers ÷ 1 worker on the same Redis and partitions, counted ingest per worker core ÷ the
+same repeat's pipelined XADD per Redis core); CPU per row by role and by Redis node; and the
+projection to N cores (Amdahl) from the CPU per row and the largest partition's share."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,18 +15,20 @@ from typing import Any
 
 from bench.report import PLOTS, Plot, Table, plot_path, pyplot
 
-BASE = (1, 1)
+TITLE = "Scale: one stream across workers, partitions and Redis masters"
 ROLES = ("api", "worker", "redis", "client")
+SERVICE = ("api", "worker", "redis")  # the service's own processes (not the load generator)
+CORES = (1, 2, 8, 32)  # the projection's core counts (and N → ∞)
 
 
 @dataclass(frozen=True)
 class Run:
     kind: str  # standalone | cluster
-    n_api: int
-    n_worker: int
+    what: str  # ingest | xadd | featurize
     rep: int
-    what: str  # ingest | featurize
-    streams: int  # ingest: streams written (featurize: 0)
+    workers: int  # worker processes up (xadd: 0, none)
+    partitions: int  # ingest: the stream's partitions (else 0)
+    clients: int  # load-generator processes (featurize: concurrent clients)
     data: dict[str, Any]
     load: float  # 1-minute load average at its start
 
@@ -31,271 +36,552 @@ class Run:
         return dataclasses.asdict(self)
 
     @property
+    def units(self) -> int:
+        return int(self.data["requests"] if self.what == "featurize" else self.data["rows"])
+
+    @property
+    def wall(self) -> float:
+        return float(self.data["counted_s"] if self.what == "ingest" else self.data["seconds"])
+
+    @property
     def rate(self) -> float:
-        """Rows/s accepted and counted (ingest) or requests/s (featurize)."""
-        d = self.data
-        return d["rows"] / d["counted_s"] if self.what == "ingest" else d["requests"] / d["seconds"]
+        """Rows/s accepted and counted (ingest), rows/s (xadd) or requests/s (featurize)."""
+        return self.units / self.wall
 
     @property
     def accepted(self) -> float:
         return self.data["rows"] / self.data["accepted_s"]
 
-    @property
-    def wall(self) -> float:
-        return self.data["counted_s"] if self.what == "ingest" else self.data["seconds"]
-
-    @property
-    def units(self) -> int:
-        return int(self.data["rows"] if self.what == "ingest" else self.data["requests"])
-
     def cpu(self, role: str) -> float:
         """CPU seconds of a role's processes (client: the load generator's)."""
         if role == "client":
             return float(self.data["client_cpu"])
-        return float(sum(self.data["cpu"][role]))
+        return float(sum(self.data["cpu"].get(role, [])))
 
     def per_unit(self, role: str) -> float:
         """CPU µs of a role per row or request."""
         return 1e6 * self.cpu(role) / self.units
 
-    def cores(self, role: str | None = None) -> float:
-        """Cores a role kept busy on average (all roles when None)."""
-        roles = [role] if role else ROLES
+    def per_core(self, role: str) -> float:
+        """Rows (requests) per CPU second of a role: rate ÷ (the role's CPU s / wall s)."""
+        cpu = self.cpu(role)
+        return self.units / cpu if cpu > 0 else math.nan
+
+    def cores(self, roles: Sequence[str] = SERVICE) -> float:
+        """Cores the roles kept busy on average."""
         return sum(self.cpu(r) for r in roles) / self.wall
 
     def busiest(self, role: str) -> float:
         """The busiest process of a role, in cores."""
-        return max(self.data["cpu"][role]) / self.wall
+        return max(self.data["cpu"].get(role) or [0.0]) / self.wall
+
+    def node_us(self) -> list[float]:
+        """CPU µs per row of each Redis node (its process tree), in port order."""
+        return [1e6 * c / self.units for c in self.data["cpu"]["redis"]]
+
+    @property
+    def share(self) -> float:
+        """The largest partition's share of the run's rows (1 with one partition)."""
+        parts = self.data.get("parts") or [1]
+        return max(parts) / sum(parts) if sum(parts) else math.nan
 
 
 def _med(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else math.nan
 
 
-def _groups(runs: Sequence[Run]) -> dict[tuple[str, str, int, int, int], list[Run]]:
-    out: dict[tuple[str, str, int, int, int], list[Run]] = {}
-    for r in runs:
-        out.setdefault((r.kind, r.what, r.streams, r.n_api, r.n_worker), []).append(r)
+def _x(v: float, spec: str = ".2f", unit: str = "×") -> str:
+    return "—" if math.isnan(v) else f"{v:{spec}}{unit}"
+
+
+def _kind_order(kind: str) -> int:
+    return 0 if kind == "standalone" else 1
+
+
+def ingest_groups(runs: Sequence[Run]) -> dict[tuple[str, int, int], list[Run]]:
+    """Counted-ingest runs by (Redis kind, partitions, workers), in report order."""
+    out: dict[tuple[str, int, int], list[Run]] = {}
+    for r in sorted(runs, key=lambda r: (_kind_order(r.kind), r.partitions, r.workers, r.rep)):
+        if r.what == "ingest":
+            out.setdefault((r.kind, r.partitions, r.workers), []).append(r)
     return out
 
 
-def ratio_to_base(runs: Sequence[Run], group: list[Run]) -> float:
-    """Median over repeats of rate / the 1 API / 1 worker rate of the same repeat."""
-    base = {
-        r.rep: r.rate
-        for r in runs
-        if (r.n_api, r.n_worker) == BASE
-        and (r.kind, r.what, r.streams) == (group[0].kind, group[0].what, group[0].streams)
-    }
-    return _med([r.rate / base[r.rep] for r in group if r.rep in base])
+def _same_rep(runs: Sequence[Run], r: Run, **fields: object) -> Run | None:
+    """The run of ``r``'s Redis kind and repeat with these fields (ingest unless ``what``)."""
+    want = {"kind": r.kind, "rep": r.rep, "what": "ingest"} | fields
+    for o in runs:
+        if all(getattr(o, k) == v for k, v in want.items()):
+            return o
+    return None
 
 
-def _config_order(key: tuple[str, str, int, int, int]) -> tuple[int, str, int, int, int]:
-    kind, what, streams, n, m = key
-    return (0 if kind == "standalone" else 1), what, streams, n, m
+def per_repeat(
+    runs: Sequence[Run], group: Sequence[Run], ratio: Callable[[Run], float | None]
+) -> float:
+    """Median over the group's repeats of ``ratio`` (None: that repeat has no base)."""
+    return _med([v for v in (ratio(r) for r in group) if v is not None])
 
 
-def _by_config(
-    groups: dict[tuple[str, str, int, int, int], list[Run]],
-    keys: Sequence[tuple[str, str, int, int, int]],
-    columns: Sequence[str],
-    cells: Callable[[list[Run]], Sequence[object]],
-    *,
-    title: str,
-    streams: bool = True,
-) -> Table:
-    """A row per configuration in ``keys``: Redis, streams (unless ``streams`` is False), API
-    processes, workers, then ``cells`` of that configuration's runs under ``columns``."""
-    lead = (
-        ["Redis", "streams", "API processes", "workers"]
-        if streams
-        else ["Redis", "API processes", "workers"]
-    )
-    rows = [
-        ((kind, s, n, m) if streams else (kind, n, m)) + tuple(cells(groups[(kind, what, s, n, m)]))
-        for kind, what, s, n, m in keys
-    ]
-    return Table([*lead, *columns], rows, title=title)
+def to_one_worker(runs: Sequence[Run], group: Sequence[Run]) -> float:
+    """Counted rows/s ÷ the same repeat's 1-worker rate (same Redis, same partitions)."""
+
+    def one(r: Run) -> float | None:
+        base = _same_rep(runs, r, partitions=r.partitions, workers=1)
+        return r.rate / base.rate if base else None
+
+    return per_repeat(runs, group, one)
+
+
+def efficiency(runs: Sequence[Run], group: Sequence[Run]) -> float:
+    """Counted rows/s per busy core (API, workers, Redis) ÷ the same at 1 worker, same repeat:
+    1 when more workers keep every core they use as productive as one worker did."""
+
+    def one(r: Run) -> float | None:
+        base = _same_rep(runs, r, partitions=r.partitions, workers=1)
+        return (r.rate / r.cores()) / (base.rate / base.cores()) if base else None
+
+    return per_repeat(runs, group, one)
+
+
+def to_xadd(runs: Sequence[Run], group: Sequence[Run]) -> float:
+    """Counted rows per worker CPU second ÷ the same repeat's XADD rows per Redis CPU second."""
+
+    def one(r: Run) -> float | None:
+        x = _same_rep(runs, r, what="xadd")
+        return r.per_core("worker") / x.per_core("redis") if x else None
+
+    return per_repeat(runs, group, one)
+
+
+def to_xadd_rate(runs: Sequence[Run], group: Sequence[Run]) -> float:
+    """Counted rows/s ÷ the same repeat's XADD rows/s."""
+
+    def one(r: Run) -> float | None:
+        x = _same_rep(runs, r, what="xadd")
+        return r.rate / x.rate if x else None
+
+    return per_repeat(runs, group, one)
+
+
+def _per_s(us: float) -> float:
+    return 1e6 / us if us > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Amdahl:
+    """One (Redis, partitions): the counted rate on N cores from the CPU per row. The serial
+    part is the counting of the largest partition (one job at a time per partition, its
+    worker CPU per row times that partition's share); the rest (API processes, the other
+    partitions' jobs, Redis) spreads over the cores; and no Redis process can go beyond one
+    core (the busiest node's CPU per row). The counting job's own Redis calls are not told
+    apart from the ingest's and stay in the parallel part: the figures are upper bounds."""
+
+    kind: str
+    partitions: int
+    total_us: float  # API + worker + Redis CPU µs per counted row
+    worker_us: float
+    share: float  # the largest partition's share of the rows
+    redis_node_us: float  # the busiest Redis process's CPU µs per row
+
+    @property
+    def serial_us(self) -> float:
+        return self.worker_us * self.share
+
+    @property
+    def fraction(self) -> float:
+        return self.serial_us / self.total_us
+
+    def rate(self, n: float) -> float:
+        """Counted rows/s on ``n`` cores (math.inf: the limit)."""
+        time = self.serial_us + (self.total_us - self.serial_us) / n
+        return min(_per_s(time), _per_s(self.redis_node_us))
+
+    @property
+    def limit(self) -> str:
+        return "counting" if self.serial_us >= self.redis_node_us else "Redis"
+
+
+def amdahl(runs: Sequence[Run]) -> list[Amdahl]:
+    """The projection per (Redis, partitions), from the medians of its runs with the fewest
+    workers (1: the least idle polling and contention in the CPU per row)."""
+    out = []
+    for (kind, parts, w), g in ingest_groups(runs).items():
+        fewest = min(k[2] for k in ingest_groups(runs) if k[:2] == (kind, parts))
+        if w != fewest:
+            continue
+        out.append(
+            Amdahl(
+                kind,
+                parts,
+                _med([sum(r.per_unit(x) for x in SERVICE) for r in g]),
+                _med([r.per_unit("worker") for r in g]),
+                _med([r.share for r in g]),
+                _med([max(r.node_us()) for r in g]),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Prose(Table):
+    """Text among a section's tables, written by the report code from the measured figures."""
+
+    text: str = ""
+
+    def markdown(self) -> str:
+        return self.text
+
+
+def _rows_s(v: float) -> str:
+    return "—" if math.isnan(v) else f"{v:,.0f}"
 
 
 def render(runs: Sequence[Run]) -> list[Table]:
-    groups = _groups(runs)
-    keys = sorted(groups, key=_config_order)
-    ingest = [k for k in keys if k[1] == "ingest"]
-    feat = [k for k in keys if k[1] == "featurize"]
-    t_ingest = _by_config(
-        groups,
-        ingest,
+    groups = ingest_groups(runs)
+    workers = sorted({k[2] for k in groups})
+    kinds = sorted({r.kind for r in runs}, key=_kind_order)
+    pairs = sorted({k[:2] for k in groups}, key=lambda k: (_kind_order(k[0]), k[1]))
+
+    def at(kind: str, parts: int, w: int) -> list[Run]:
+        return groups.get((kind, parts, w), [])
+
+    summary = Table(
         [
+            "Redis",
+            "partitions",
+            "counted ingest per worker core ÷ pipelined XADD per Redis core (1 worker)",
+            *(f"{w} workers ÷ 1 worker (counted rows/s)" for w in workers if w != 1),
+            "counted rows/s ÷ XADD rows/s (1 worker)",
+        ],
+        [
+            (
+                kind,
+                parts,
+                _x(to_xadd(runs, at(kind, parts, 1))),
+                *(_x(to_one_worker(runs, at(kind, parts, w))) for w in workers if w != 1),
+                _x(to_xadd_rate(runs, at(kind, parts, 1))),
+            )
+            for kind, parts in pairs
+        ],
+        title="One stream: the ratios, each within one repeat (medians over repeats)",
+    )
+    t_ingest = Table(
+        [
+            "Redis",
+            "partitions",
+            "workers",
             "accepted rows/s",
-            "accepted and counted rows/s",
-            "× 1 API / 1 worker",
+            "counted rows/s",
+            "× 1 worker",
             "count lag after the last batch",
-            "cores busy (all)",
+            "cores busy (API, workers, Redis)",
+            "counted rows/s per busy core",
+            "efficiency (per busy core ÷ 1 worker's)",
+            "workers' cores",
             "busiest worker, cores",
             "Redis, cores",
             "busiest Redis node's share",
+            "largest partition's share of rows",
             "load average",
         ],
-        lambda g: (
-            f"{_med([r.accepted for r in g]):,.0f}",
-            f"{_med([r.rate for r in g]):,.0f}",
-            f"{ratio_to_base(runs, g):.2f}×",
-            f"{_med([r.data['counted_s'] - r.data['accepted_s'] for r in g]):.1f} s",
-            f"{_med([r.cores() for r in g]):.2f}",
-            f"{_med([r.busiest('worker') for r in g]):.2f}",
-            f"{_med([r.cores('redis') for r in g]):.2f}",
-            f"{100 * _med([r.busiest('redis') / r.cores('redis') for r in g]):.0f} %",
-            f"{_med([r.load for r in g]):.1f}",
-        ),
-        title="Counted ingest: from the first batch until the worker has counted the last",
-    )
-    t_cpu = _by_config(
-        groups,
-        ingest,
-        ["API", "worker", "Redis", "load generator", "all"],
-        lambda g: (
-            *(f"{_med([r.per_unit(role) for r in g]):.1f}" for role in ROLES),
-            f"{_med([sum(r.per_unit(x) for x in ROLES) for r in g]):.1f}",
-        ),
-        title="Counted ingest: CPU µs per row, by role (all processes of the role)",
-    )
-    t_feat = _by_config(
-        groups,
-        feat,
         [
+            (
+                kind,
+                parts,
+                w,
+                _rows_s(_med([r.accepted for r in g])),
+                _rows_s(_med([r.rate for r in g])),
+                _x(to_one_worker(runs, g)),
+                _x(_med([r.data["counted_s"] - r.data["accepted_s"] for r in g]), ".1f", " s"),
+                _x(_med([r.cores() for r in g]), ".2f", ""),
+                _rows_s(_med([r.rate / r.cores() for r in g])),
+                _x(efficiency(runs, g)),
+                _x(_med([r.cores(["worker"]) for r in g]), ".2f", ""),
+                _x(_med([r.busiest("worker") for r in g]), ".2f", ""),
+                _x(_med([r.cores(["redis"]) for r in g]), ".2f", ""),
+                _x(_med([100 * r.busiest("redis") / r.cores(["redis"]) for r in g]), ".0f", " %"),
+                _x(_med([100 * r.share for r in g]), ".0f", " %"),
+                f"{_med([r.load for r in g]):.1f}",
+            )
+            for (kind, parts, w), g in groups.items()
+        ],
+        title="One stream, counted ingest: from the first batch until every partition is counted",
+    )
+    t_cpu = Table(
+        [
+            "Redis",
+            "partitions",
+            "workers",
+            "API",
+            "worker",
+            "Redis",
+            "Redis by node",
+            "load generator",
+            "service (API + worker + Redis)",
+        ],
+        [
+            (
+                kind,
+                parts,
+                w,
+                *(f"{_med([r.per_unit(role) for r in g]):.1f}" for role in SERVICE),
+                " / ".join(
+                    f"{_med([r.node_us()[i] for r in g]):.1f}" for i in range(len(g[0].node_us()))
+                ),
+                f"{_med([r.per_unit('client') for r in g]):.1f}",
+                f"{_med([sum(r.per_unit(x) for x in SERVICE) for r in g]):.1f}",
+            )
+            for (kind, parts, w), g in groups.items()
+        ],
+        title="One stream, counted ingest: CPU µs per row by role (every process of the role)",
+    )
+    t_xadd = Table(
+        [
+            "Redis",
+            "partitions",
+            "workers",
+            "counted rows per worker CPU s",
+            "XADD rows per Redis CPU s",
+            "ratio",
+        ],
+        [
+            (
+                kind,
+                parts,
+                w,
+                _rows_s(_med([r.per_core("worker") for r in g])),
+                _rows_s(
+                    _med([r.per_core("redis") for r in runs if (r.kind, r.what) == (kind, "xadd")])
+                ),
+                _x(to_xadd(runs, g)),
+            )
+            for (kind, parts, w), g in groups.items()
+        ],
+        title="Counted ingest per worker core against pipelined XADD per Redis core",
+    )
+    base = [
+        (
+            kind,
+            _rows_s(_med([r.rate for r in xs])),
+            f"{_med([r.per_unit('redis') for r in xs]):.1f}",
+            f"{_med([r.per_unit('client') for r in xs]):.1f}",
+            _rows_s(_med([r.per_core("redis") for r in xs])),
+            f"{_med([r.load for r in xs]):.1f}",
+        )
+        for kind in kinds
+        if (xs := [r for r in runs if (r.kind, r.what) == (kind, "xadd")])
+    ]
+    t_base = Table(
+        [
+            "Redis",
+            "rows/s",
+            "Redis CPU µs/row",
+            "client CPU µs/row",
+            "rows per Redis CPU s",
+            "load average",
+        ],
+        base,
+        title="The baseline: pipelined XADD of the same rows into one stream key, one client",
+    )
+    feat: dict[tuple[str, int], list[Run]] = {}
+    for r in sorted(runs, key=lambda r: (_kind_order(r.kind), r.clients)):
+        if r.what == "featurize":
+            feat.setdefault((r.kind, r.clients), []).append(r)
+    t_feat = Table(
+        [
+            "Redis",
+            "concurrent clients",
             "requests/s",
-            "× 1 API / 1 worker",
             "p50",
             "p99",
             "API µs/request",
             "Redis µs/request",
             "load generator µs/request",
-            "cores busy (all)",
-            "busiest API, cores",
+            "cores busy (all, clients too)",
             "load average",
         ],
-        lambda g: (
-            f"{_med([r.rate for r in g]):,.0f}",
-            f"{ratio_to_base(runs, g):.2f}×",
-            f"{1e3 * _med([r.data['p50'] for r in g]):.2f} ms",
-            f"{1e3 * _med([r.data['p99'] for r in g]):.1f} ms",
-            f"{_med([r.per_unit('api') for r in g]):.0f}",
-            f"{_med([r.per_unit('redis') for r in g]):.0f}",
-            f"{_med([r.per_unit('client') for r in g]):.0f}",
-            f"{_med([r.cores() for r in g]):.2f}",
-            f"{_med([r.busiest('api') for r in g]):.2f}",
-            f"{_med([r.load for r in g]):.1f}",
-        ),
-        title="Featurize, one row a request, clients one request at a time each",
-        streams=False,
-    )
-    plan = []
-    for kind in sorted({k[0] for k in keys}, key=lambda k: k != "standalone"):
-        ing = [r for r in runs if r.kind == kind and r.what == "ingest"]
-        fz = [r for r in runs if r.kind == kind and r.what == "featurize"]
-        for what, rs, role, unit in (
-            ("ingest: accepting (body, checks, ingest.lua)", ing, "api", "rows"),
-            ("counting: the one counting job at a time", ing, "worker", "rows"),
-            ("ingest and counting: Redis", ing, "redis", "rows"),
-            ("featurize, 1 row", fz, "api", "requests"),
-            ("featurize, 1 row: Redis", fz, "redis", "requests"),
-        ):
-            if rs:
-                us = _med([r.per_unit(role) for r in rs])
-                plan.append((kind, what, role, f"{us:.1f}", f"{1e6 / us:,.0f} {unit}/s"))
-    t_plan = Table(
-        ["Redis", "work", "process", "CPU µs per row or request", "per core of that process"],
-        plan,
-        title="CPU per row or request of each process kind (medians over every run above)",
-    )
-    tables = [t_ingest, t_cpu, t_feat, t_plan]
-    kinds = {k[0] for k in keys}
-    if kinds == {"standalone", "cluster"}:
-        rows = []
-        for kind, what, s, n, m in keys:
-            if kind != "cluster":
-                continue
-            other = groups.get(("standalone", what, s, n, m))
-            if other:
-                c = _med([r.rate for r in groups[(kind, what, s, n, m)]])
-                rows.append(
-                    (
-                        what if what == "featurize" else f"counted ingest, {s} stream(s)",
-                        n,
-                        m,
-                        f"{c / _med([r.rate for r in other]):.2f}×",
-                    )
-                )
-        tables.append(
-            Table(
-                ["measure", "API processes", "workers", "cluster / standalone"],
-                rows,
-                title="Three-master cluster against the standalone Redis (run one after the other)",
+        [
+            (
+                kind,
+                c,
+                _rows_s(_med([r.rate for r in g])),
+                f"{1e3 * _med([r.data['p50'] for r in g]):.2f} ms",
+                f"{1e3 * _med([r.data['p99'] for r in g]):.1f} ms",
+                f"{_med([r.per_unit('api') for r in g]):.0f}",
+                f"{_med([r.per_unit('redis') for r in g]):.0f}",
+                f"{_med([r.per_unit('client') for r in g]):.0f}",
+                f"{_med([r.cores(ROLES) for r in g]):.2f}",
+                f"{_med([r.load for r in g]):.1f}",
             )
+            for (kind, c), g in feat.items()
+        ],
+        title="Featurize, one row a request, each client one request at a time",
+    )
+    models = amdahl(runs)
+    t_amdahl = Table(
+        [
+            "Redis",
+            "partitions",
+            "service CPU µs/row",
+            "worker µs/row",
+            "largest partition's share",
+            "serial µs/row",
+            "serial fraction",
+            "busiest Redis process µs/row",
+            *(f"{n} core{'s' if n > 1 else ''}, rows/s" for n in CORES),
+            "N → ∞, rows/s",
+            "bound by",
+            "measured here, best counted rows/s",
+        ],
+        [
+            (
+                m.kind,
+                m.partitions,
+                f"{m.total_us:.1f}",
+                f"{m.worker_us:.1f}",
+                f"{100 * m.share:.0f} %",
+                f"{m.serial_us:.1f}",
+                f"{100 * m.fraction:.0f} %",
+                f"{m.redis_node_us:.1f}",
+                *(_rows_s(m.rate(n)) for n in CORES),
+                _rows_s(m.rate(math.inf)),
+                m.limit,
+                _rows_s(
+                    max(
+                        _med([r.rate for r in g])
+                        for k, g in groups.items()
+                        if k[:2] == (m.kind, m.partitions)
+                    )  # fmt: skip
+                ),
+            )
+            for m in models
+        ],
+        title="Counted rate on N cores, projected from the CPU per row with 1 worker (Amdahl)",
+    )
+    return [
+        summary,
+        t_ingest,
+        t_cpu,
+        t_xadd,
+        t_base,
+        t_feat,
+        t_amdahl,
+        Prose((), (), text=prose(runs, models)),
+    ]
+
+
+def prose(runs: Sequence[Run], models: Sequence[Amdahl]) -> str:
+    """The section's reading of its own figures: parallel efficiency on this machine and the
+    Amdahl argument, every number computed here from the runs."""
+    groups = ingest_groups(runs)
+    workers = sorted({k[2] for k in groups})
+    out = []
+    most = max(workers)
+    if most > 1:
+        items = []
+        for (kind, parts, w), g in groups.items():
+            if w != most:
+                continue
+            one = groups.get((kind, parts, 1), [])
+            items.append(
+                f"{kind}, P = {parts}: {_x(to_one_worker(runs, g))} the counted rows/s of 1 "
+                f"worker, {_x(_med([r.cores() for r in g]), '.2f', '')} cores busy against "
+                f"{_x(_med([r.cores() for r in one]), '.2f', '')}, efficiency "
+                f"{_x(efficiency(runs, g))}"
+            )
+        out.append(
+            f"**On this machine** (figures above; the load generator shares the cores), "
+            f"{most} workers against 1: " + "; ".join(items) + ". Counted rows/s per busy "
+            "core is the throughput per core; the efficiency is that figure against 1 "
+            "worker's in the same repeat (1.00×: every added core as productive)."
         )
-    return tables
-
-
-def _kind_first(kind: str) -> int:
-    return 0 if kind == "standalone" else 1
+    if models:
+        lines = []
+        for m in models:
+            proj = ", ".join(f"{n} cores {m.rate(n):,.0f}" for n in CORES[1:])
+            lines.append(
+                f"- {m.kind}, P = {m.partitions}: T = {m.total_us:.1f} µs of service CPU per "
+                f"counted row, of which the counting {m.worker_us:.1f} µs; the largest "
+                f"partition took {100 * m.share:.0f} % of the rows, so s = {m.serial_us:.1f} µs "
+                f"is serial (serial fraction {100 * m.fraction:.0f} %), and the busiest Redis "
+                f"process spent {m.redis_node_us:.1f} µs per row. X(N) = 10⁶ / (s + (T − s) / N),"
+                f" at most 10⁶ / {m.redis_node_us:.1f} µs: 1 core {m.rate(1):,.0f} rows/s, "
+                f"{proj}, N → ∞ {m.rate(math.inf):,.0f} rows/s (bound by {m.limit})."
+            )
+        out.append(
+            "**Amdahl, from the measured CPU per row** (the runs with 1 worker, medians; the "
+            "load generator left out). One partition is counted by one job at a time, so its "
+            "worker CPU per row times its share of the rows is the serial part s; the API "
+            "processes, the other partitions' jobs and Redis spread over the cores, except "
+            "that one Redis process uses one core at most. The counting job's own Redis calls "
+            "stay in the parallel part (they are not told apart from the ingest's), so these "
+            "are upper bounds.\n\n" + "\n".join(lines)
+        )
+    return "\n\n".join(out)
 
 
 def plot(runs: Sequence[Run], tag: str = "", directory: Path = PLOTS) -> Plot:
-    """Counted ingest and featurize by configuration, and the CPU of a counted row by
-    process kind (stacked: where the time goes)."""
+    """Counted rows/s by workers (a line per Redis and partitions), where a counted row's CPU
+    goes (stacked by role), and the projection to N cores with the measured points."""
     plt = pyplot()
-    groups = _groups(runs)
-    configs = sorted({(r.n_api, r.n_worker) for r in runs}, key=lambda c: (c[1], c[0]))
-    labels = [f"{n} API\n{m} worker{'s' if m > 1 else ''}" for n, m in configs]
+    groups = ingest_groups(runs)
+    pairs = sorted({k[:2] for k in groups}, key=lambda k: (_kind_order(k[0]), k[1]))
+    workers = sorted({k[2] for k in groups})
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    for ax, what, unit in (
-        (axes[0], "ingest", "rows/s accepted and counted"),
-        (axes[1], "featurize", "requests/s (1 row each)"),
-    ):
-        series = sorted(
-            {(k[0], k[2]) for k in groups if k[1] == what}, key=lambda x: (_kind_first(x[0]), x[1])
-        )
-        width = 0.8 / max(1, len(series))
-        for i, (kind, s) in enumerate(series):
-            meds, lo, hi = [], [], []
-            for n, m in configs:
-                rates = [r.rate for r in groups.get((kind, what, s, n, m), [])]
-                md = _med(rates)
-                meds.append(md)
-                lo.append(md - min(rates) if rates else 0)
-                hi.append(max(rates) - md if rates else 0)
-            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(configs))]
-            name = kind if what == "featurize" else f"{kind}, {s} stream{'s' if s > 1 else ''}"
-            ax.bar(xs, meds, width, yerr=[lo, hi], capsize=3, label=name)
-        ax.set_xticks(range(len(configs)), labels)
-        ax.set_ylabel(unit)
-        ax.set_title("counted ingest" if what == "ingest" else "featurize")
-        ax.legend(fontsize=8)
-    ax = axes[2]
-    kinds = sorted({r.kind for r in runs}, key=_kind_first)
-    width = 0.8 / max(1, len(kinds))
-    top = 0.0
-    for i, kind in enumerate(kinds):
-        xs = [j + (i - (len(kinds) - 1) / 2) * width for j in range(len(configs))]
-        bottom = [0.0] * len(configs)
-        for role, colour in zip(ROLES, ("C0", "C1", "C2", "C7"), strict=True):
-            us = [
-                _med([r.per_unit(role) for r in runs
-                      if (r.kind, r.what, r.n_api, r.n_worker) == (kind, "ingest", n, m)])
-                for n, m in configs
-            ]  # fmt: skip
-            ax.bar(xs, us, width, bottom=bottom, color=colour, edgecolor="white",
-                   hatch="" if i == 0 else "//", label=f"{role} ({kind})")  # fmt: skip
-            bottom = [b + u for b, u in zip(bottom, us, strict=True)]
-        top = max(top, *bottom)
-    ax.set_xticks(range(len(configs)), labels)
+    ax = axes[0]
+    for i, (kind, parts) in enumerate(pairs):
+        ws = [w for w in workers if (kind, parts, w) in groups]
+        rates = [[r.rate for r in groups[(kind, parts, w)]] for w in ws]
+        meds = [_med(x) for x in rates]
+        err = [[m - min(x) for m, x in zip(meds, rates, strict=True)],
+               [max(x) - m for m, x in zip(meds, rates, strict=True)]]  # fmt: skip
+        ax.errorbar(ws, meds, yerr=err, marker="o", capsize=3, color=f"C{i}",
+                    linestyle="-" if kind == "standalone" else "--",
+                    label=f"{kind}, P = {parts}")  # fmt: skip
+    for kind in sorted({r.kind for r in runs}, key=_kind_order):
+        xs = [r.rate for r in runs if (r.kind, r.what) == (kind, "xadd")]
+        if xs:
+            ax.annotate(f"XADD ({kind}): {_med(xs):,.0f} rows/s", xy=(0.02, 0.95 - 0.06 *
+                        _kind_order(kind)), xycoords="axes fraction", fontsize=8)  # fmt: skip
+    ax.set_xticks(workers)
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("rows/s accepted and counted")
+    ax.set_ylim(bottom=0)
+    ax.set_title("one stream: counted ingest")
+    ax.legend(fontsize=8, loc="lower right")
+
+    ax = axes[1]
+    keys = list(groups)
+    bottom = [0.0] * len(keys)
+    for role, colour in zip(ROLES, ("C0", "C1", "C2", "C7"), strict=True):
+        us = [_med([r.per_unit(role) for r in groups[k]]) for k in keys]
+        ax.bar(range(len(keys)), us, 0.8, bottom=bottom, color=colour, label=role)
+        bottom = [b + u for b, u in zip(bottom, us, strict=True)]
+    ax.set_xticks(range(len(keys)),
+                  [f"{k[0][:4]}\nP{k[1]} W{k[2]}" for k in keys], fontsize=7)  # fmt: skip
     ax.set_ylabel("CPU µs per counted row")
-    ax.set_title("where a counted row's CPU goes (both stream counts)")
-    ax.set_ylim(0, 1.45 * top)  # room for the legend above the bars
-    ax.legend(fontsize=7, ncol=2, loc="upper center")
+    ax.set_title("where a counted row's CPU goes")
+    ax.legend(fontsize=8)
+
+    ax = axes[2]
+    ns = [2**i for i in range(7)]
+    for i, m in enumerate(amdahl(runs)):
+        ax.plot(ns, [m.rate(n) for n in ns], color=f"C{i}",
+                linestyle="-" if m.kind == "standalone" else "--",
+                label=f"{m.kind}, P = {m.partitions}")  # fmt: skip
+        pts = [(r.cores(), r.rate) for k, g in groups.items() if k[:2] == (m.kind, m.partitions)
+               for r in g]  # fmt: skip
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=f"C{i}", s=12)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("cores (dots: measured runs at the cores they kept busy)")
+    ax.set_ylabel("counted rows/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("projection from CPU per row (Amdahl)")
+    ax.legend(fontsize=8)
     fig.suptitle(
-        "Throughput by API processes and workers (2 shared cores; bars: median, "
+        "One hot stream across workers, partitions and Redis masters (2 shared cores; "
         "whiskers: min-max over repeats)",
         fontsize=10,
     )
@@ -303,4 +589,4 @@ def plot(runs: Sequence[Run], tag: str = "", directory: Path = PLOTS) -> Plot:
     path = plot_path(f"scale{tag}", directory)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return Plot("Throughput by API processes and workers", path)
+    return Plot("One stream across workers, partitions and Redis masters", path)
