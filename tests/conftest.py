@@ -15,6 +15,7 @@ import asyncio
 import copy
 import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,28 @@ FAST_EXAMPLES_MIN = 10
 
 def _fast_set(config: pytest.Config) -> bool:
     return " ".join(str(config.getoption("markexpr") or "").split()) == FAST_SET
+
+
+# Temporary directories (the backends' data dirs: SQLite, Redis's files, the cold store) in
+# memory when the machine has a tmpfs with room: on a disk, the fsync of every SQLite commit
+# is most of an in-process API test's wall time (no test is about durability across a power
+# loss). TMPDIR, --basetemp or PYTEST_DEBUG_TEMPROOT, when given, decide instead.
+TMPFS = Path("/dev/shm")
+TMPFS_MIN_FREE = 2 * 1024**3
+
+
+def _tmpfs_root(config: pytest.Config) -> Path | None:
+    if config.option.basetemp or "TMPDIR" in os.environ or "PYTEST_DEBUG_TEMPROOT" in os.environ:
+        return None
+    if not (TMPFS.is_dir() and os.access(TMPFS, os.W_OK | os.X_OK)):
+        return None
+    return TMPFS if shutil.disk_usage(TMPFS).free >= TMPFS_MIN_FREE else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    root = _tmpfs_root(config)
+    if root is not None:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)  # read by tmp_path_factory
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -191,6 +214,25 @@ def backend(
             for k in r.scan_iter(match=f"saq:{prefix}*", count=1000):
                 r.delete(k)
             r.close()
+
+
+@contextmanager
+def own_database(backend: Backend, data_dir: Path) -> Iterator[Backend]:
+    """``backend`` on a database of its own (SQLite in ``data_dir``, or a fresh PostgreSQL
+    schema on the servers backend), migrated, with a cold-store key; the same Redis and key
+    prefix. For tests of what goes through every stream (a metrics refresh, ``count_all``,
+    the scheduler's tick): on the session's database that work grows with every stream the
+    earlier tests of the process made."""
+    with ExitStack() as stack:
+        database_url = None
+        if backend.settings.database_url:
+            database_url = stack.enter_context(pg_schema(f"seltest_{secrets.token_hex(4)}"))
+        settings = Settings(
+            **{**backend.settings.model_dump(), "data_dir": data_dir, "database_url": database_url}
+        )
+        upgrade(settings.resolved_database_url)
+        cold_shares = make_cold_key(settings, backend.embedded)
+        yield Backend(backend.name, settings, backend.embedded, cold_shares)
 
 
 @asynccontextmanager

@@ -10,6 +10,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +19,34 @@ import yaml
 from service.api import metrics as operator_metrics
 from service.coldstore import service as coldstore
 from service.config import Settings
+from service.context import AppContext
 from service.core.annotation import sampled_kanon as kanon
 from service.counting import service as counting
 from service.lifecycle import roll as lifecycle_roll
 from service.queues import service as queues_service
-from tests.conftest import Api, Jobs, unique
+from tests.conftest import Api, Backend, Jobs, app_context, own_database, unique
 from tests.helpers import cancel_and_wait, obs, stream_body
 from workers import jobs as worker_jobs
 from workers.jobs import JOB_FAILURES
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 TOKEN = secrets.token_hex(32)
+
+
+@pytest.fixture(scope="module")
+def metrics_backend(
+    backend: Backend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Backend]:
+    with own_database(backend, tmp_path_factory.mktemp("metrics")) as b:
+        yield b
+
+
+@pytest.fixture
+async def ctx(metrics_backend: Backend) -> AsyncIterator[AppContext]:
+    """On the module's own database: a refresh, ``count_all`` and ``seal_all`` go through
+    every stream, here only this module's."""
+    async with app_context(metrics_backend.settings, metrics_backend.embedded) as c:
+        yield c
 
 
 @pytest.fixture
@@ -92,7 +110,6 @@ def test_a_short_metrics_token_is_refused() -> None:
     assert "tooshort-secret" not in str(e.value)  # the refused token is not repeated
 
 
-@pytest.mark.slow  # counts, seals and scrapes every stream of the session
 async def test_gauges_follow_counting_the_roll_and_the_seal(metrics_on: Api, jobs: Jobs) -> None:
     api = metrics_on
     name = unique("met")

@@ -14,7 +14,7 @@ import pytest
 from service.config import Settings
 from service.models import repository
 from service.models.webhooks import Allowlist, WebhookRefused, check, pinned, why_internal
-from tests.conftest import Api, Jobs
+from tests.conftest import Api, Backend, Jobs
 from tests.helpers import new_stream
 from tests.models.test_models import Receiver
 
@@ -45,6 +45,18 @@ async def _trained_model_rolls(api: Api, jobs: Jobs, name: str, mid: str) -> lis
         return list(await repository.deliveries(session, mid))
 
 
+_REFUSING: dict[str, str] = {}
+
+
+@pytest.fixture
+async def refusing_stream(api: Api, backend: Backend) -> str:
+    """One stream per backend (and process) for the registrations refused below: a refused
+    registration stores nothing, so they can share it rather than create one each."""
+    if backend.name not in _REFUSING:
+        _REFUSING[backend.name] = await new_stream(api, "hook")
+    return _REFUSING[backend.name]
+
+
 @pytest.mark.parametrize(
     ("url", "why"),
     [
@@ -69,9 +81,10 @@ async def _trained_model_rolls(api: Api, jobs: Jobs, name: str, mid: str) -> lis
         ("http://no-such-host.invalid/hook", "does not resolve"),
     ],
 )
-async def test_registration_refuses_internal_targets(api: Api, url: str, why: str) -> None:
-    name = await new_stream(api, "hook")
-    r = await _register(api, name, url)
+async def test_registration_refuses_internal_targets(
+    api: Api, refusing_stream: str, url: str, why: str
+) -> None:
+    r = await _register(api, refusing_stream, url)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert detail.startswith("webhook_url: refused") and why in detail, detail
