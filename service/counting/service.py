@@ -100,15 +100,19 @@ async def _count_part(
     total = 0
     expected = await store.counted(rt.name, window, p)
     while True:
-        if expected == last:  # caught up: count what was accepted meanwhile, for a while
+        if entry_id(expected) >= entry_id(last):  # caught up: count what came meanwhile
             newer = await windows.hot_last_id(rt.name, window, p)
             if newer is None or newer == last or time.monotonic() > deadline:
                 return total
             last = newer
-        start = b"(" + expected if expected else "-"
-        chunk = await windows.hot_chunk(rt.name, window, start, last, COUNT_CHUNK, p)
-        if chunk is None:
-            return total
+        lasts, pops, chunk, stop = await _listed_run(ctx, rt.name, window, p, expected)
+        if chunk is None:  # entries that are in no listed batch: their JSON one by one
+            start = b"(" + expected if expected else "-"
+            end = b"(" + stop if stop is not None and entry_id(stop) <= entry_id(last) else last
+            chunk = await windows.hot_chunk(rt.name, window, start, end, COUNT_CHUNK, p)
+            if chunk is None:
+                return total
+            pops = sum(1 for b in lasts if b <= entry_id(chunk[0]))  # batches it passed
         checkpoint, n, rows = chunk
         parsed, blob = await asyncio.to_thread(
             parse_rows, rt, rows, after=expected, last=checkpoint
@@ -181,6 +185,7 @@ async def _count_part(
             users_ttl=users_ttl,
             columns=blob,
             part=p,
+            pops=pops,
         )
         if status != "ok":
             await store.unstage(
@@ -195,6 +200,56 @@ async def _count_part(
             expected = checkpoint
         else:  # another counter moved the checkpoint: go on from where it got to
             expected = current_ or b""
+
+
+LIST_STEP = 64  # listed batches read per look at the list
+
+
+def entry_id(raw: bytes) -> tuple[int, int]:
+    """A hot-stream entry id (``<ms>-<seq>``; b'' before the first) as a comparable pair."""
+    if not raw:
+        return (-1, -1)
+    ms, _, seq = raw.partition(b"-")
+    return int(ms), int(seq or 0)
+
+
+async def _listed_run(
+    ctx: AppContext, name: str, window: int, p: int, expected: bytes
+) -> tuple[list[tuple[int, int]], int, tuple[bytes, int, bytes] | None, bytes | None]:
+    """The batches ingest listed whole for counting (``Keys.batches``, in entry order) that
+    continue the part's count from checkpoint ``expected``: ``(lasts, pops, run, stop)``.
+    ``lasts``: the last entry id of each listed batch looked at (the list's head), so a count
+    of entries read otherwise can pop those it passed. ``run``: ``(last entry id, entries,
+    b'row,row,...')`` of the listed batches that follow ``expected`` with no entry between
+    them (each batch's first entry is the entry right after the one before it: one pipelined
+    look-up), up to about ``COUNT_CHUNK`` entries, and ``pops`` the batches at the head the
+    run counts or the count has passed. None when the head does not continue the count; then
+    ``stop`` is the first entry of the head when entries come before it that are in no listed
+    batch (written by a version before the list: read as JSON, up to it), else None (the list
+    is empty, or a JSON count stopped inside the head batch: read as JSON to its end)."""
+    store = ctx.stores.counting
+    heads = [raw.split(b" ") for raw in await store.batch_ids(name, window, p, 0, LIST_STEP - 1)]
+    lasts = [entry_id(h[1]) for h in heads]
+    done = entry_id(expected)
+    passed = sum(1 for last in lasts if last <= done)  # in entry order: a prefix
+    heads = heads[passed:]
+    if not heads:
+        return lasts, passed, None, None
+    if entry_id(heads[0][0]) <= done:  # entered part way by a JSON count: JSON to its end
+        return lasts, passed, None, None
+    nexts = await store.next_ids(name, window, p, [expected] + [h[1] for h in heads[:-1]])
+    n_run = entries = 0
+    for h, after in zip(heads, nexts, strict=True):
+        if after != h[0] or entries >= COUNT_CHUNK:
+            break
+        n_run += 1
+        entries += int(h[2])
+    if not n_run:
+        return lasts, passed, None, heads[0][0]
+    rows = await store.batches(name, window, p, passed, passed + n_run - 1)
+    if len(rows) != n_run:  # (the hot data was deleted meanwhile)
+        return lasts, passed, None, None
+    return lasts, passed + n_run, (heads[n_run - 1][1], entries, b",".join(rows)), None
 
 
 async def count_hot(

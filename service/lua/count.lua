@@ -10,14 +10,16 @@
 -- the counter caps those ops per call.
 -- KEYS[1] meta hash, KEYS[2] per-user counters hash, KEYS[3] the counted rows by column (a
 -- list, one element per counted run, in order), KEYS[4..3+T] count tables, KEYS[4+T] the
--- prior table, then one staging key per 's' table, in table order.
+-- prior table, then one staging key per 's' table, in table order, then the window's list of
+-- batches not yet counted and the list of their entry ids (ingest.lua), last.
 -- ARGV[1] expected checkpoint ('' when none), ARGV[2] new checkpoint, ARGV[3] number of
 -- tables T+1 (the prior included), ARGV[4] one character per table: 's' (its new cells are in
 -- its staging key: the counter read them with the checkpoint it expects and added its
 -- increments) or 'i' (its value is its increments as one string '#<cell> <delta> ...', summed
 -- per cell; the pieces are BITFIELD arguments as they are), ARGV[5..4+T+1] the values ('' for
 -- an 's' table), then the counters' TTL (s) and 'user count user count ...' pairs (may be
--- empty): each user's observations seen in the window so far, then the run's rows by column.
+-- empty): each user's observations seen in the window so far, then the run's rows by column,
+-- then how many batches at the head of the list the run counted (or found counted): popped.
 -- Returns {'ok'} | {'stale', checkpoint} | {'missing', key}: a missing table (the window was
 -- deleted) or staging key (expired before the call; the counter starts the run again).
 local current = redis.call('HGET', KEYS[1], 'counted') or ''
@@ -86,6 +88,11 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 if ARGV[pos + 2] ~= '' then
   redis.call('RPUSH', KEYS[3], ARGV[pos + 2])
+end
+local pops = tonumber(ARGV[pos + 3] or '0')
+if pops > 0 then
+  redis.call('LPOP', KEYS[#KEYS - 1], pops)
+  redis.call('LPOP', KEYS[#KEYS], pops)
 end
 redis.call('HSET', KEYS[1], 'counted', ARGV[2])
 return {'ok'}

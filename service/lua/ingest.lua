@@ -11,11 +11,18 @@
 -- batches and never took this key's (the stream-level pointer may then move on, claim.lua).
 -- The hash expires ARGV[3] seconds after its last record (idempotency_ttl_seconds), or after
 -- the first retry found in it if it was made without a TTL.
+-- With ARGV[5] '1' the batch is also appended, whole, to the window's list of batches not yet
+-- counted (KEYS[5]: '<row>,<row>,...'), and its entry ids to the list beside it (KEYS[6]:
+-- '<first id> <last id> <rows>'), atomically with its entries, so both lists are in entry
+-- order: the counting job reads a run of batches as a few bulk strings instead of an entry (a
+-- tuple and a dict in redis-py) per row, and count.lua pops what it counted from both.
 -- KEYS[1] meta hash, KEYS[2] the window's idem hash, KEYS[3] hot stream, KEYS[4] the batch's
--- key as written before keyed fingerprints (read only).
+-- key as written before keyed fingerprints (read only), KEYS[5] the batches list, KEYS[6] the
+-- list of their entry ids.
 -- ARGV[1] keyed token ('' for a batch without a key), ARGV[2] fingerprint .. response to
 -- store, ARGV[3] the record's life in seconds, ARGV[4] the key's token as written before
--- tokens were scoped to their producer ('' for none; read only), ARGV[5..] the raw rows (JSON).
+-- tokens were scoped to their producer ('' for none; read only), ARGV[5] '1' to list the
+-- batch for counting ('' not to), ARGV[6..] the raw rows (JSON).
 -- Returns {'closed'} | {'dup', stored_value} | {'unscoped', stored_value} |
 -- {'legacy', stored_value} | {'ok'}.
 local keyed = ARGV[1] ~= ''
@@ -45,8 +52,14 @@ end
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then
   return {'closed'}
 end
-for i = 5, #ARGV do
-  redis.call('XADD', KEYS[3], '*', 'd', ARGV[i])
+local first, last
+for i = 6, #ARGV do
+  last = redis.call('XADD', KEYS[3], '*', 'd', ARGV[i])
+  first = first or last
+end
+if first and ARGV[5] == '1' then
+  redis.call('RPUSH', KEYS[5], table.concat(ARGV, ',', 6))
+  redis.call('RPUSH', KEYS[6], first .. ' ' .. last .. ' ' .. (#ARGV - 5))
 end
 if keyed then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])

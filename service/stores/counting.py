@@ -71,6 +71,25 @@ class CountingStore:
                 pipe.delete(self.k.stage(stream, window, token, t, part))
             await pipe.execute()
 
+    async def batch_ids(self, s: str, w: int, p: int, start: int, stop: int) -> list[bytes]:
+        """Elements ``start`` … ``stop`` of the part's list of batches to count, their entry
+        ids: ``<first id> <last id> <rows>`` each."""
+        return cast(list[bytes], await self.r.lrange(self.k.batch_ids(s, w, p), start, stop))
+
+    async def batches(self, s: str, w: int, p: int, start: int, stop: int) -> list[bytes]:
+        """Elements ``start`` … ``stop`` of the part's list of batches to count, each its
+        rows: ``<row>,<row>,...``."""
+        return cast(list[bytes], await self.r.lrange(self.k.batches(s, w, p), start, stop))
+
+    async def next_ids(self, s: str, w: int, p: int, after: Sequence[bytes]) -> list[bytes | None]:
+        """For each id of ``after``, the id of the hot entry right after it in the part (b''
+        for the first entry), or None when none is: one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for a in after:
+            pipe.xrange(self.k.hot(s, w, p), min=b"(" + a if a else "-", max="+", count=1)
+        found = await pipe.execute()
+        return [bytes(f[0][0]) if f else None for f in found]
+
     async def seen(self, s: str, w: int, users: Sequence[str], p: int = 0) -> list[int]:
         """Each user's observations seen so far in the window (0 for a new user); a user's
         observations all go to one part (``StreamRuntime.parts_of``), whose counters these are."""
@@ -94,6 +113,7 @@ class CountingStore:
         users_ttl: int,
         columns: bytes,
         part: int = 0,
+        pops: int = 0,
     ) -> tuple[str, bytes | None]:
         """Apply counted increments and move the checkpoint from ``expected`` to ``checkpoint``,
         atomically, unless another counter moved it first: ``('ok', None)``, ``('stale',
@@ -103,7 +123,8 @@ class CountingStore:
         (``service.core.features.counting.pack_ops``); the prior table's last (never staged).
         ``users``: ``b'hash seen ...'``; ``columns``: the run's rows by column, appended to the
         window's ``cols`` list. ``part``: the part of the window counted (every key is that
-        part's)."""
+        part's); ``pops``: the batches at the head of the part's list of batches to count
+        (``Keys.batches``) that the run counted, popped with it."""
         p = part
         keys = [self.k.meta(stream, window, p), self.k.users(stream, window, p)]
         keys.append(self.k.cols(stream, window, p))
@@ -114,6 +135,7 @@ class CountingStore:
             for t, s in zip(table_ids, staged, strict=False)
             if s
         ]
+        keys += [self.k.batches(stream, window, p), self.k.batch_ids(stream, window, p)]
         modes = "".join("s" if s else "i" for s in staged)
         args: list[bytes | int | str] = [
             expected,
@@ -124,6 +146,7 @@ class CountingStore:
             users_ttl,
             users,
             columns,
+            pops,
         ]
         res = await self._count(keys=keys, args=args)
         return status_of(res), (bytes(res[1]) if len(res) > 1 else None)

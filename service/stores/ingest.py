@@ -112,6 +112,7 @@ class IngestStore:
         response: bytes,
         ttl: int,
         part: int = 0,
+        listed: bool = True,
     ) -> tuple[str, bytes | None]:
         """Append a batch's raw rows to the window's hot stream if the idempotency token
         (None: no key, nothing recorded) is new to the window and the window open:
@@ -120,7 +121,9 @@ class IngestStore:
         ``('mismatch', None)`` (by another batch). The record lives ``ttl`` seconds.
         ``unscoped``: the key's token as written before tokens were scoped to their producer
         and the batch's fingerprint under it, to find such a record (read, never written).
-        ``part``: the part of the window the rows go to (its meta, records and hot stream)."""
+        ``part``: the part of the window the rows go to (its meta, records and hot stream);
+        ``listed``: the batch also goes whole to the window's list of batches to count
+        (``Keys.batches``; False only to write as a version before the list did)."""
         if len(fingerprint) != FINGERPRINT_LEN:
             raise ValueError("fingerprint: 64 hex digits")
         p = part
@@ -129,6 +132,8 @@ class IngestStore:
             self.k.idem_window(stream, window, p),
             self.k.hot(stream, window, p),
             self.k.idem(stream, window, legacy_token or "-", p),
+            self.k.batches(stream, window, p),
+            self.k.batch_ids(stream, window, p),
         ]
         old = unscoped[0] if unscoped else ""
         args: list[str | bytes | int] = [
@@ -136,6 +141,7 @@ class IngestStore:
             fingerprint.encode() + response,
             ttl,
             old,
+            "1" if listed else "",
             *rows,
         ]
         res = await self._ingest(keys=keys, args=args)

@@ -56,6 +56,16 @@ class Keys:
         """The counted hot rows by column (``service.core.features.hotrows.to_ipc``), a list."""
         return f"{self.prefix}:{self._tag(s, w, p)}:cols"
 
+    def batches(self, s: str, w: int, p: int = 0) -> str:
+        """The accepted batches not yet counted, whole, in entry order (a list; ingest.lua
+        appends, count.lua pops)."""
+        return f"{self.prefix}:{self._tag(s, w, p)}:batches"
+
+    def batch_ids(self, s: str, w: int, p: int = 0) -> str:
+        """Beside ``batches``, element for element: each batch's ``<first id> <last id>
+        <rows>``."""
+        return f"{self.prefix}:{self._tag(s, w, p)}:batch-ids"
+
     def stage(self, s: str, w: int, token: str, table_id: int, p: int = 0) -> str:
         """A count table's new cells written by one counting run before its compare-and-set."""
         return f"{self.prefix}:{self._tag(s, w, p)}:stage:{token}:{table_id}"

@@ -161,7 +161,13 @@ class WindowStore:
 
     async def delete_hot(self, s: str, w: int, *, parts: int = 1) -> None:
         for p in range(parts):
-            await self.r.unlink(self.k.hot(s, w, p), self.k.cols(s, w, p), self.k.users(s, w, p))
+            await self.r.unlink(
+                self.k.hot(s, w, p),
+                self.k.cols(s, w, p),
+                self.k.users(s, w, p),
+                self.k.batches(s, w, p),
+                self.k.batch_ids(s, w, p),
+            )
 
     async def delete_meta(self, s: str, w: int, *, parts: int = 1) -> None:
         for p in reversed(range(parts)):  # part 0, the window's state, last

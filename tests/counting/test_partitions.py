@@ -18,16 +18,13 @@ import pytest
 from sqlalchemy import select
 
 from service.coldstore import service as coldstore
-from service.core.features import counting as counting_math
-from service.core.tables import cells as cell_codec
 from service.counting import service as counting
 from service.db.models import ColdSegment, Stream, Window
-from service.ingest import service as ingest_service
-from service.ingest.schemas import IngestIn
 from service.jobs import queue_name
 from service.stores.ingest import IngestStore
 from service.streams import service as streams
 from tests.conftest import Api, Backend, Jobs
+from tests.counting.tables import expected_tables
 from tests.helpers import new_stream, obs, stream_body
 
 PARTS = 3
@@ -55,27 +52,6 @@ async def _post(api: Api, name: str, rows: list[dict[str, Any]], key: str | None
         json={"observations": rows},
         headers=headers,
     )
-
-
-async def _expected(api: Api, name: str, rows: list[dict[str, Any]], bound: int) -> np.ndarray:
-    """The exact tables of window 1 for ``rows`` (the first ``bound`` of each user's, in
-    arrival order), computed in memory as one part would count them."""
-    rt = await streams.runtime(ctx=api.ctx, name=name)
-    raw = ingest_service.batch_rows(IngestIn.model_validate({"observations": rows}))
-    parsed, _ = counting_math.parse_rows(rt, b",".join(raw), after=b"", last=b"")
-    assert parsed.users is not None
-    mask, _ = counting_math.within_bound(
-        parsed.users, np.zeros(len(parsed.user_ids), np.int64), bound
-    )
-    kept = parsed.only(mask)
-    tables = counting_math.tables_of(rt, 1)
-    inc = counting_math.count_increments(rt, tables, kept.encoded, kept.labels)
-    zeros = np.zeros(rt.spec.cells, np.int64)
-    flat = [
-        cell_codec.decode(inc.added_to(i, cell_codec.encode(zeros))) for i in range(len(tables))
-    ]
-    prior = np.bincount(kept.labels, minlength=rt.spec.n_labels)
-    return np.concatenate([*flat, prior])
 
 
 async def _window(api: Api, name: str, w: int) -> np.ndarray:
@@ -106,7 +82,9 @@ async def test_parts_count_exactly_what_one_part_would_with_the_user_bound_per_w
     # each part counted by its own call, as the per-part jobs do
     for p in range(PARTS):
         assert await counting.count_stream(ctx, name, p) == lengths[p]
-    np.testing.assert_array_equal(await _window(api, name, 1), await _expected(api, name, rows, 2))
+    np.testing.assert_array_equal(
+        await _window(api, name, 1), await expected_tables(api, name, rows, 2)
+    )
     # every user's counter in exactly one part (so the bound of 2 holds per window)
     seen: dict[bytes, int] = {}
     for p in range(PARTS):
@@ -172,7 +150,9 @@ async def test_a_keyed_batch_is_accepted_once_across_parts_whatever_fails_betwee
     assert other.status_code == 422  # refused at part 0, before any of its rows
     assert await ctx.stores.windows.hot_length(name, 1, parts=PARTS) == 60
     await counting.count_window(ctx=ctx, rt=await streams.runtime(ctx=ctx, name=name), window=1)
-    np.testing.assert_array_equal(await _window(api, name, 1), await _expected(api, name, rows, 2))
+    np.testing.assert_array_equal(
+        await _window(api, name, 1), await expected_tables(api, name, rows, 2)
+    )
 
 
 async def test_a_roll_mid_batch_sends_the_rest_to_the_next_window_and_a_retry_follows(
@@ -215,7 +195,7 @@ async def test_every_reader_of_a_window_reads_every_part(api: Api, jobs: Jobs) -
     rows = _rows(90, users=25, seed=4)
     assert (await _post(api, name, rows)).status_code == 202  # unkeyed: split as well
     ctx = api.ctx
-    counted_rows = await _expected(api, name, rows, 2)
+    counted_rows = await expected_tables(api, name, rows, 2)
     assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
     np.testing.assert_array_equal(await _window(api, name, 1), counted_rows)
     r = await api.post(
@@ -334,4 +314,6 @@ async def test_a_counter_killed_mid_part_loses_and_duplicates_nothing(
     assert checkpoint and checkpoint != last  # it died mid-part
     for p in range(PARTS):
         await counting.count_stream(ctx, name, p)
-    np.testing.assert_array_equal(await _window(api, name, 1), await _expected(api, name, rows, 2))
+    np.testing.assert_array_equal(
+        await _window(api, name, 1), await expected_tables(api, name, rows, 2)
+    )

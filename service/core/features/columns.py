@@ -234,6 +234,13 @@ def encode_numbers(x: np.ndarray, none: np.ndarray, spec: FeatureSpec) -> Encode
     return Encoded(codes, keys)
 
 
+def distinct_keys(e: Encoded) -> Encoded:
+    """``e`` with every key once: rows with equal keys share one code."""
+    index: dict[bytes, int] = {}
+    remap = np.fromiter((index.setdefault(k, len(index)) for k in e.keys), np.int64, len(e.keys))
+    return Encoded(remap[e.codes], list(index))
+
+
 def combine_codes(parts: Sequence[Encoded]) -> Encoded:
     """Codes and keys of a table over several features: a row's key is its features' canonical
     values joined by ``SEPARATOR`` (as ``table_keys``), one code per distinct combination."""

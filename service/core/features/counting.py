@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from service.core.features import hotrows
-from service.core.features.columns import Encoded, combine_codes
+from service.core.features.columns import Encoded, combine_codes, distinct_keys
 from service.core.features.runtime import StreamRuntime, TableRef
 from service.core.tables import cells as cell_codec
 from service.core.tables.sketch import KeyHasher, SketchSpec, grouped_increments
@@ -212,6 +212,18 @@ class Parsed:
         )
 
 
+def parsed_of(rt: StreamRuntime, chunk: hotrows.Chunk) -> Parsed:
+    """A chunk of rows ready to count. The user key's codes are made one per distinct key
+    (``distinct_keys``): a chunk joined from several (``hotrows.concat``) holds a user's key
+    once per piece, and the per-user bound counts by code."""
+    labels = label_codes(rt, chunk.labels)
+    user_key = rt.config.privacy.user_key
+    if user_key is None:
+        return Parsed(chunk.encoded, labels)
+    user = distinct_keys(chunk.encoded[user_key])
+    return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user))
+
+
 def parse_rows(
     rt: StreamRuntime, rows: bytes, *, after: bytes, last: bytes
 ) -> tuple[Parsed, bytes]:
@@ -220,12 +232,7 @@ def parse_rows(
     (``hotrows.to_ipc``: every feature's codes, the passthrough values, ids, times, labels)."""
     chunk = hotrows.parse_chunk(rows, encode=list(rt.features), passthrough=rt.passthrough)
     blob = hotrows.to_ipc(chunk, after=after, last=last, passthrough=rt.passthrough)
-    labels = label_codes(rt, chunk.labels)
-    user_key = rt.config.privacy.user_key
-    if user_key is None:
-        return Parsed(chunk.encoded, labels), blob
-    user = chunk.encoded[user_key]
-    return Parsed(chunk.encoded, labels, user.codes, user_ids(rt, user)), blob
+    return parsed_of(rt, chunk), blob
 
 
 def pack_ops(cells: np.ndarray, deltas: np.ndarray) -> bytes:
