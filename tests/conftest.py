@@ -333,6 +333,14 @@ class Api:
         return [self.keys[name] for name in roles]
 
 
+@pytest.fixture(scope="session")
+def default_app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    """``create_app`` on the default settings (in a data dir of its own), built once per
+    process for the tests that read its routes or its OpenAPI document (built on first use,
+    a third of a second of CPU, then cached on the app); none changes either."""
+    return create_app(Settings(data_dir=tmp_path_factory.mktemp("default-app")))
+
+
 _APPS: dict[str, FastAPI] = {}
 
 

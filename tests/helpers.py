@@ -167,24 +167,43 @@ def forbid_prngs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def redis_dump(ctx: AppContext) -> bytes:
-    """Every key and value of this run in Redis (its prefix, and the job queue's keys)."""
+    """Every key and value of this run in Redis (its prefix, and the job queue's keys). The
+    commands go in pipelines, a few round trips in all: the session's earlier tests leave
+    thousands of keys, one round trip each was most of a dump's time."""
+    keys = [k async for k in ctx.redis.scan_iter(match=f"*{ctx.keys.prefix}*", count=1000)]
     out: list[bytes] = []
-    async for k in ctx.redis.scan_iter(match=f"*{ctx.keys.prefix}*", count=1000):
-        out.append(k)
-        kind = (await ctx.redis.type(k)).decode()
-        if kind == "string":
-            out.append(await ctx.redis.get(k) or b"")
-        elif kind == "hash":
-            out += [b for kv in (await ctx.redis.hgetall(k)).items() for b in kv]
-        elif kind == "stream":
-            for eid, fields in await ctx.redis.xrange(k):
-                out += [eid, *[b for kv in fields.items() for b in kv]]
-        elif kind == "set":
-            out += list(await ctx.redis.smembers(k))
-        elif kind == "zset":
-            out += list(await ctx.redis.zrange(k, 0, -1))
-        elif kind == "list":
-            out += list(await ctx.redis.lrange(k, 0, -1))
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        pipe = ctx.redis.pipeline(transaction=False)
+        for k in chunk:
+            pipe.type(k)
+        kinds = [kind.decode() for kind in await pipe.execute()]
+        pipe = ctx.redis.pipeline(transaction=False)
+        for k, kind in zip(chunk, kinds, strict=True):
+            if kind == "string":
+                pipe.get(k)
+            elif kind == "hash":
+                pipe.hgetall(k)
+            elif kind == "stream":
+                pipe.xrange(k)
+            elif kind == "set":
+                pipe.smembers(k)
+            elif kind == "zset":
+                pipe.zrange(k, 0, -1)
+            elif kind == "list":
+                pipe.lrange(k, 0, -1)
+        values = iter(await pipe.execute())
+        for k, kind in zip(chunk, kinds, strict=True):
+            out.append(k)
+            if kind == "string":
+                out.append(next(values) or b"")
+            elif kind == "hash":
+                out += [b for kv in next(values).items() for b in kv]
+            elif kind == "stream":
+                for eid, fields in next(values):
+                    out += [eid, *[b for kv in fields.items() for b in kv]]
+            elif kind in ("set", "zset", "list"):
+                out += list(next(values))
     return b"\n".join(out)
 
 

@@ -6,26 +6,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.app import create_app
+from fastapi import FastAPI
+
 from service.cli import apidoc
-from service.config import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "API.md"
 
 
-def test_api_md_is_what_the_routes_render() -> None:
-    rendered = apidoc.render(create_app(Settings()))
+def test_api_md_is_what_the_routes_render(default_app: FastAPI) -> None:
+    rendered = apidoc.render(default_app)
     assert DOC.read_text() == rendered, (
         "docs/API.md is out of date: python -m service.cli.apidoc > docs/API.md"
     )
 
 
-def test_every_operation_of_the_openapi_document_has_a_section() -> None:
-    app = create_app(Settings())
+def test_every_operation_of_the_openapi_document_has_a_section(default_app: FastAPI) -> None:
     text = DOC.read_text()
     ops = [
         f"### `{method.upper()} {path}`"
-        for path, item in app.openapi()["paths"].items()
+        for path, item in default_app.openapi()["paths"].items()
         for method in item
     ]
     assert len(ops) >= 49

@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
-from service.app import create_app
-from service.config import Settings
 from tests.serving import serving
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return create_app(Settings(data_dir=tmp_path_factory.mktemp("openapi"))).openapi()
+def document(default_app: FastAPI) -> dict[str, Any]:
+    return default_app.openapi()
 
 
 def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from fastapi import FastAPI
 
 from service.api import ratelimit
-from service.app import create_app
 from service.config import RATE_LIMITS, Settings
 from tests.conftest import Api, unique
 from tests.helpers import stream_body
@@ -28,8 +28,8 @@ def _set(api: Api, monkeypatch: pytest.MonkeyPatch, **over: object) -> None:
     monkeypatch.setattr(api.ctx, "settings", settings)
 
 
-def test_every_operation_is_limited_or_a_lookup() -> None:
-    doc = create_app(Settings()).openapi()
+def test_every_operation_is_limited_or_a_lookup(default_app: FastAPI) -> None:
+    doc = default_app.openapi()
     ops = {(m.upper(), p) for p, item in doc["paths"].items() for m in item}
     unclassified = ops - set(ratelimit.CLASSES) - ratelimit.LOOKUPS
     assert not unclassified, f"add them to CLASSES or LOOKUPS: {sorted(unclassified)}"

@@ -107,6 +107,7 @@ def test_counts_are_exact_without_noise() -> None:
         assert got[code].tolist() == want.loc[key.decode()].tolist()
 
 
+@pytest.mark.slow  # the benchmark end to end on a synthetic stream (over a second of CPU)
 def test_a_split_end_to_end(tmp_path: Path) -> None:
     s = synthetic()
     arm = DriftArm(s)

@@ -162,6 +162,7 @@ def test_a_careful_iml_user_raises_the_attribute_it_keeps(rows300: pd.DataFrame)
     ] == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # the benchmark end to end (every method, two k, 3-fold classifiers)
 def test_the_pipeline_on_300_rows(rows300: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(utility.adult, "load", lambda n=None: rows300)
     plan = utility.Plan(

@@ -150,6 +150,9 @@ def test_one_pick_with_nothing_follows_the_exponential_mechanism() -> None:
     assert stats.chisquare(observed, TRIALS * wrong).pvalue < ALPHA
 
 
+# statistical: 60,000 selections (over a second of CPU); the distribution with ⊥ stays in the
+# fast set (the one-pick and two-pick tests here), and so do the margin's bounds
+@pytest.mark.slow
 def test_the_margin_makes_a_pick_among_useless_candidates_rare() -> None:
     """Every candidate scores exactly τ (none is useful): without a margin a round picks half
     the time; with margin c, ⊥ scores τ + β·(c + log m) and a round picks with probability

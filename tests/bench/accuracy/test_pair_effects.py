@@ -29,6 +29,7 @@ def synthetic(tau: float, seed: int) -> tuple[np.ndarray, ...]:
     return rows, cols, y, offset, delta
 
 
+@pytest.mark.slow  # statistical: two simulations of 300,000 observations (a second of CPU)
 def test_recovers_a_planted_interaction() -> None:
     # fixed seeds: deterministic; the tolerance is ~4 standard errors of τ̂ (240 cells)
     for seed in (1, 2):
@@ -42,6 +43,7 @@ def test_recovers_a_planted_interaction() -> None:
         assert effect.std() < np.sqrt(tau2)
 
 
+@pytest.mark.slow  # statistical: two simulations of 300,000 observations (a second of CPU)
 def test_no_interaction_shrinks_to_about_zero() -> None:
     for seed in (3, 4):
         rows, cols, y, offset, _ = synthetic(0.0, seed)
