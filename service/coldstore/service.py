@@ -369,7 +369,8 @@ class ExportItem:
     """One decrypted observation, or one segment that failed its checks."""
 
     window: int
-    entry_id: str | None = None
+    entry_id: str | None = None  # unique within the window's part
+    part: int = 0
     row: dict[str, Any] | None = None
     segment: str | None = None
     error: str | None = None
@@ -409,7 +410,7 @@ def read_segment(seg: ColdSegment, private_key: Any) -> Iterator[ExportItem]:
         yield ExportItem(seg.epoch, segment=name, error="; ".join(problems))
         return
     for eid, raw in rows:
-        yield ExportItem(seg.epoch, entry_id=eid, row=orjson.loads(raw))
+        yield ExportItem(seg.epoch, entry_id=eid, row=orjson.loads(raw), part=seg.part)
 
 
 async def init_embedded_key(ctx: AppContext) -> None:

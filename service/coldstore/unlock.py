@@ -508,6 +508,7 @@ ARROW_SCHEMA = pa.schema(
     [
         ("window", pa.int32()),
         ("entry_id", pa.string()),
+        ("part", pa.int32()),  # the window's part (entry ids are unique within a part)
         ("observation", pa.string()),  # the observation as ingested, JSON
         ("segment", pa.string()),
         ("error", pa.string()),  # set on rows that report a segment failing its checks
@@ -695,6 +696,7 @@ async def _stream(
                 d = _as_dict(i)
                 cols["window"].append(i.window)
                 cols["entry_id"].append(i.entry_id)
+                cols["part"].append(i.part if i.error is None else None)
                 cols["observation"].append(
                     orjson.dumps(d["observation"]).decode() if i.row is not None else None
                 )
@@ -723,6 +725,7 @@ def _as_dict(i: ExportItem) -> dict[str, Any]:
     return {
         "window": i.window,
         "entry_id": i.entry_id,
+        **({"part": i.part} if i.part else {}),  # a window of several parts (partitions)
         "observation": {
             "id": row.get("id"),
             "features": row.get("f"),
