@@ -202,3 +202,51 @@ async def test_the_worker_counts_on_a_cluster(cluster_api: Api) -> None:
     finally:
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
+
+
+async def test_a_stream_of_several_parts_spreads_over_the_masters(
+    cluster: list[int], cluster_api: Api
+) -> None:
+    """One stream of 6 parts on the three-master cluster: its parts' keys land on more than
+    one master (each part has its own hash tag); keyed batches (a retry counted once) and
+    unkeyed ones are accepted across parts, every part is counted by its own call, and the
+    roll, featurize and the train set see every row once."""
+    api = cluster_api
+    name = unique("cp")
+    privacy = {"mechanism": "none", "user_key": "user", "max_contributions_per_window": 5}
+    body = stream_body(name, hot_windows=1, partitions=6, privacy=privacy)
+    assert (await api.post("/v1/streams", json=body)).status_code == 201
+    users = [f"u{i}" for i in range(24)]
+    batch = [obs(u, "i1", 20, "1") for u in users]
+    for _ in range(2):
+        r = await api.post(
+            f"/v1/streams/{name}/observations",
+            role="producer",
+            json={"observations": batch},
+            headers={"Idempotency-Key": "p1"},
+        )
+        assert r.status_code == 202 and r.json() == {"accepted": 24, "window": 1}
+    r = await api.post(
+        f"/v1/streams/{name}/observations",
+        role="producer",
+        json={"observations": [obs(u, "i2", 30, "0") for u in users]},
+    )
+    assert r.status_code == 202
+    rt = await ingest_service.streams.runtime(ctx=api.ctx, name=name)
+    assert sum([await counting.count_stream(api.ctx, name, p) for p in range(6)]) == 48
+    nodes = []
+    for port in cluster:
+        with redis.Redis(port=port) as node:
+            hot = [k for k in node.scan_iter(match=f"{api.ctx.keys.prefix}:{{{name}:1*}}:hot")]
+            nodes.append(len(hot))
+    assert sum(nodes) == 6 and sum(n > 0 for n in nodes) >= 2, nodes
+    r = await api.get(f"/v1/streams/{name}/trainset?format=ndjson", role="model")
+    assert r.status_code == 200 and len(r.content.splitlines()) == 48
+    assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}
+    r = await api.post(
+        f"/v1/streams/{name}/featurize", role="model", json={"rows": [{"user": "u3"}]}
+    )
+    cols = r.json()["columns"]
+    row = r.json()["rows"][0]
+    assert (row[cols.index("user:count:0")], row[cols.index("user:count:1")]) == (1.0, 1.0)
+    assert rt.parts == 6
