@@ -97,6 +97,7 @@ class Options:
     report: bool
     quick: bool = False
     json: Path | None = None
+    from_json: Path | None = None
 
     @property
     def command(self) -> str:
@@ -137,6 +138,11 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke run)")
     p.add_argument("--no-report", action="store_true", help="print, do not write BENCHMARKS.md")
     p.add_argument("--json", type=Path, help="also write the raw runs as JSON to this file")
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        help="measure nothing: the report of the runs a --json file holds (with their command)",
+    )
     a = p.parse_args(argv)
     kinds = tuple(k for k in a.redis.split(",") if k)
     if not kinds or any(k not in KINDS for k in kinds):
@@ -168,6 +174,7 @@ def parse(argv: list[str]) -> Options:
         report=not a.no_report,
         quick=q,
         json=a.json,
+        from_json=a.from_json,
     )
 
 
@@ -180,7 +187,7 @@ def feat_rows(opt: Options) -> int:
 
 
 def n_log(opt: Options) -> int:
-    return max(opt.rows, 2 * feat_rows(opt))
+    return max(opt.rows, 2 * feat_rows(opt), 2 * opt.batch)
 
 
 def load_pool(opt: Options) -> Pool:
@@ -224,7 +231,6 @@ class Bench:
         self.n_log = n_log(opt)
         self.redis_meters = [TreeCpu(p) for p in be.redis_pids()]
         self.producer = self.model = ""
-        self.streams: set[str] = set()  # one stream per P, created once
         self.xadd_key = "bench:{xadd}:one"
         # the load generator's jobs build their bodies, then start together this long after
         # their submission
@@ -238,9 +244,9 @@ class Bench:
         return roles | {"redis": self.redis_cpu()}
 
     def setup(self, ps: Processes | None = None) -> None:
-        """Keys, and the featurize stream: filled, counted and rolled once (its aggregate
-        served), by ``ps`` or else 1 API and 1 worker of their own, stopped once the roll's
-        follow-ups are done and the worker is idle again."""
+        """Keys, the featurize stream (filled, counted and rolled once: its aggregate served)
+        and the measured streams (created, warmed), by ``ps`` or else 1 API and 1 worker of
+        their own, stopped once the roll's follow-ups are done and the worker is idle again."""
         own = ps is None
         ps = ps or Processes(self.be, 1, 1, self.root / "logs" / "setup")
         try:
@@ -267,6 +273,20 @@ class Bench:
         wait_counted(self.be, {"feat": 1}, self.opt.bound)
         api(port, "POST", "/v1/streams/feat/roll", admin)
         wait_served(port, self.model, "feat")
+        # the measured streams, one per P, each created and warmed here (its first tables
+        # written, its first counting runs done) so that no measured run pays for it
+        for parts in self.opt.partitions:
+            name = f"one{parts}"
+            create_stream(self.be, port, name, parts)
+            for s in range(0, 2 * self.opt.batch, self.opt.batch):
+                api(
+                    port,
+                    "POST",
+                    f"/v1/streams/{name}/observations",
+                    self.producer,
+                    {"observations": log.observations(s, s + self.opt.batch)},
+                )
+            wait_counted(self.be, {name: parts}, self.opt.bound)
 
     def xadd(self) -> dict[str, Any]:
         """The baseline, with no service process running: the rows into one stream key."""
@@ -293,9 +313,6 @@ class Bench:
         opt, be = self.opt, self.be
         name = f"one{partitions}"
         log = log_of(self.n_log, SEED)
-        if name not in self.streams:
-            create_stream(be, ps.ports[0], name, partitions)
-            self.streams.add(name)
         # one batch through each API process first, counted (the counting of each partition
         # warmed too)
         for port in ps.ports:
@@ -434,13 +451,7 @@ def run_kind(opt: Options, kind: str, root: Path, pool: Pool, say: Say) -> list[
     return runs
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    opt = parse(argv)
-    # SIGTERM stops the run through its cleanup (processes, Redis, the schema)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    say = report.Clock()
-    say(f"scale benchmark: {opt}")
+def measure(opt: Options, say: Say) -> list[Run]:
     tmp = Path(tempfile.mkdtemp(prefix="selectivity-scale-"))
     runs: list[Run] = []
     say("the load generator's processes")
@@ -454,11 +465,28 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    if opt.json:
-        opt.json.write_text(orjson.dumps([r.asdict() for r in runs]).decode())
-    parts: list[Table | Plot] = [*render(runs), plot(runs, tag="_quick" if opt.quick else "")]
-    if opt.report:
-        report.write_section(TITLE, parts, command=opt.command)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opt = parse(argv)
+    # SIGTERM stops the run through its cleanup (processes, Redis, the schema)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    say = report.Clock()
+    if opt.from_json:
+        saved = orjson.loads(opt.from_json.read_bytes())
+        runs, command = [Run(**r) for r in saved["runs"]], saved["command"]
+        quick = saved.get("quick", False)
     else:
-        print(report.section(TITLE, parts, command=opt.command))
+        say(f"scale benchmark: {opt}")
+        runs, command, quick = measure(opt, say), opt.command, opt.quick
+    if opt.json:
+        raw = {"command": command, "quick": quick, "runs": [r.asdict() for r in runs]}
+        opt.json.write_bytes(orjson.dumps(raw))
+    parts: list[Table | Plot] = [*render(runs), plot(runs, tag="_quick" if quick else "")]
+    if opt.report:
+        report.write_section(TITLE, parts, command=command)
+    else:
+        print(report.section(TITLE, parts, command=command))
     say(f"median load average during the runs: {statistics.median(r.load for r in runs):.1f}")

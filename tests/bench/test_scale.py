@@ -16,7 +16,7 @@ import redis
 
 from bench.report import Plot, Table
 from bench.scale.cli import Bench, load_pool, parse
-from bench.scale.deploy import Processes, TreeCpu, backend, counted_up
+from bench.scale.deploy import Processes, TreeCpu, backend, counted_up, part_rows
 from bench.scale.report import (
     Amdahl,
     Prose,
@@ -161,10 +161,12 @@ def test_tree_cpu_never_goes_back() -> None:
 
 @pytest.mark.slow
 def test_a_tiny_run_counts_every_row(tmp_path: Path) -> None:
-    """Standalone Redis (AOF on), SQLite, 1 API and 1 worker, one load-generator process:
-    every row is accepted and counted, the XADD baseline runs, and featurize answers."""
+    """Standalone Redis (AOF on), SQLite, 1 API and 1 worker, one load-generator process, a
+    stream of two partitions: every row is accepted and counted, the XADD baseline runs, and
+    featurize answers."""
     opt = parse(["--quick", "--rows", "400", "--batch", "100", "--clients", "1", "--apis", "1",
-                 "--concurrency", "1", "--seconds", "0.3", "--redis", "standalone"])  # fmt: skip
+                 "--concurrency", "1", "--seconds", "0.3", "--redis", "standalone",
+                 "--partitions", "2", "--max-seconds", "60"])  # fmt: skip
     with backend("standalone", tmp_path, None) as be:
         with redis.Redis(port=be.ports[0]) as r:
             assert r.config_get("appendonly") == {"appendonly": "yes"}
@@ -175,12 +177,12 @@ def test_a_tiny_run_counts_every_row(tmp_path: Path) -> None:
             bench.setup(ps)
             x = bench.xadd()
             assert x["rows"] == 400 and x["seconds"] > 0 and len(x["cpu"]["redis"]) == 1
-            got = bench.ingest(ps, 1)
+            got = bench.ingest(ps, 2)  # two partitions: both counted, the rows split
             assert got["rows"] == 400 and got["counted_s"] >= got["accepted_s"] > 0
-            assert got["parts"] == [400]
+            assert sum(got["parts"]) == 400 and min(got["parts"]) > 0
             with be.client() as r:
-                assert counted_up(r, be.keys, "one1")
-                assert r.xlen(be.keys.hot("one1", 1)) == 400 + 100  # and the warm-up batch
+                assert counted_up(r, be.keys, "one2", 1, 2)
+                assert sum(part_rows(r, be.keys, "one2", 2)) == 400 + 100 + 200  # + warm-ups
             assert got["cpu"]["worker"][0] > 0 and len(got["cpu"]["redis"]) == 1
             f = bench.featurize(ps, 1)
             assert f["requests"] > 0 and 0 < f["p50"] <= f["p99"]
