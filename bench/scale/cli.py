@@ -43,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ class Options:
     report: bool
     quick: bool = False
     json: Path | None = None
-    from_json: Path | None = None
+    from_json: tuple[Path, ...] = ()
 
     @property
     def command(self) -> str:
@@ -141,7 +141,9 @@ def parse(argv: list[str]) -> Options:
     p.add_argument(
         "--from-json",
         type=Path,
-        help="measure nothing: the report of the runs a --json file holds (with their command)",
+        action="append",
+        help="measure nothing: the report of the runs --json files hold (repeated: their "
+        "repeats together, numbered on; with the first file's command)",
     )
     a = p.parse_args(argv)
     kinds = tuple(k for k in a.redis.split(",") if k)
@@ -174,7 +176,7 @@ def parse(argv: list[str]) -> Options:
         report=not a.no_report,
         quick=q,
         json=a.json,
-        from_json=a.from_json,
+        from_json=tuple(a.from_json or ()),
     )
 
 
@@ -468,6 +470,24 @@ def measure(opt: Options, say: Say) -> list[Run]:
     return runs
 
 
+def saved_runs(paths: Sequence[Path]) -> tuple[list[Run], str, bool]:
+    """The runs of ``--json`` files, each file's repeats numbered after the previous ones';
+    the first file's command (and how many runs, when several) and quick flag."""
+    runs: list[Run] = []
+    command, quick = "", False
+    for i, path in enumerate(paths):
+        saved = orjson.loads(path.read_bytes())
+        offset = 1 + max((r.rep for r in runs), default=-1)
+        runs += [Run(**(r | {"rep": r["rep"] + offset})) for r in saved["runs"]]
+        if i == 0:
+            command, quick = saved["command"], saved.get("quick", False)
+        elif saved["command"] != command:
+            raise SystemExit(f"{path}: another command than {paths[0]}'s")
+    if len(paths) > 1:
+        command += f"  # {len(paths)} runs one after the other, their repeats together"
+    return runs, command, quick
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     opt = parse(argv)
@@ -475,9 +495,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     say = report.Clock()
     if opt.from_json:
-        saved = orjson.loads(opt.from_json.read_bytes())
-        runs, command = [Run(**r) for r in saved["runs"]], saved["command"]
-        quick = saved.get("quick", False)
+        runs, command, quick = saved_runs(opt.from_json)
     else:
         say(f"scale benchmark: {opt}")
         runs, command, quick = measure(opt, say), opt.command, opt.quick

@@ -180,6 +180,7 @@ class Amdahl:
 
     kind: str
     partitions: int
+    workers: int  # the CPU per row is that of the runs with this many workers
     total_us: float  # API + worker + Redis CPU µs per counted row
     worker_us: float
     share: float  # the largest partition's share of the rows
@@ -205,16 +206,20 @@ class Amdahl:
 
 def amdahl(runs: Sequence[Run]) -> list[Amdahl]:
     """The projection per (Redis, partitions), from the medians of its runs with the fewest
-    workers (1: the least idle polling and contention in the CPU per row)."""
+    workers (1: the least CPU per row) and again from those with the most (the partitions
+    counted in parallel, as N cores would count them: smaller counting runs, each writing
+    its partition's dense tables, so more CPU per row)."""
+    groups = ingest_groups(runs)
     out = []
-    for (kind, parts, w), g in ingest_groups(runs).items():
-        fewest = min(k[2] for k in ingest_groups(runs) if k[:2] == (kind, parts))
-        if w != fewest:
+    for (kind, parts, w), g in groups.items():
+        ws = [k[2] for k in groups if k[:2] == (kind, parts)]
+        if w not in (min(ws), max(ws)):
             continue
         out.append(
             Amdahl(
                 kind,
                 parts,
+                w,
                 _med([sum(r.per_unit(x) for x in SERVICE) for r in g]),
                 _med([r.per_unit("worker") for r in g]),
                 _med([r.share for r in g]),
@@ -424,6 +429,7 @@ def render(runs: Sequence[Run]) -> list[Table]:
         [
             "Redis",
             "partitions",
+            "CPU per row of the runs with",
             "service CPU µs/row",
             "worker µs/row",
             "largest partition's share",
@@ -439,6 +445,7 @@ def render(runs: Sequence[Run]) -> list[Table]:
             (
                 m.kind,
                 m.partitions,
+                f"{m.workers} worker{'s' if m.workers > 1 else ''}",
                 f"{m.total_us:.1f}",
                 f"{m.worker_us:.1f}",
                 f"{100 * m.share:.0f} %",
@@ -458,7 +465,7 @@ def render(runs: Sequence[Run]) -> list[Table]:
             )
             for m in models
         ],
-        title="Counted rate on N cores, projected from the CPU per row with 1 worker (Amdahl)",
+        title="Counted rate on N cores, projected from the measured CPU per row (Amdahl)",
     )
     return [
         summary,
@@ -497,13 +504,43 @@ def prose(runs: Sequence[Run], models: Sequence[Amdahl]) -> str:
             "core is the throughput per core; the efficiency is that figure against 1 "
             "worker's in the same repeat (1.00×: every added core as productive)."
         )
+    p_all = sorted({k[1] for k in groups})
+    if len(p_all) > 1:
+        lo, hi = p_all[0], p_all[-1]
+        items = []
+        for kind in sorted({k[0] for k in groups}, key=_kind_order):
+            a, b = groups.get((kind, lo, 1), []), groups.get((kind, hi, 1), [])
+            if not (a and b):
+                continue
+            t = [_med([sum(r.per_unit(x) for x in SERVICE) for r in g]) for g in (a, b)]
+            red = [_med([r.per_unit("redis") for r in g]) for g in (a, b)]
+            wk = [_med([r.per_unit("worker") for r in g]) for g in (a, b)]
+            text = (
+                f"{kind}: {t[1]:.1f} µs against {t[0]:.1f} ({t[1] / t[0]:.2f}×; Redis "
+                f"{red[1]:.1f} against {red[0]:.1f}, workers {wk[1]:.1f} against {wk[0]:.1f})"
+            )
+            if c := groups.get((kind, hi, most), []) if most > 1 else []:
+                tc = _med([sum(r.per_unit(x) for x in SERVICE) for r in c])
+                rc = _med([r.per_unit("redis") for r in c])
+                text += f", and with {most} workers {tc:.1f} µs (Redis {rc:.1f})"
+            items.append(text)
+        if items:
+            out.append(
+                f"**What partitions cost**: service CPU per counted row with 1 worker, P = {hi} "
+                f"against P = {lo}, " + "; ".join(items) + ". Each partition holds its own "
+                "tables, and a counting run writes a table with many increments whole "
+                "(`DENSE_RATIO` in `service/counting/service.py`), whatever the rows the run "
+                "holds: P partitions, or runs made smaller by counting them at once, write "
+                "more table bytes per row."
+            )
     if models:
         lines = []
         for m in models:
             proj = ", ".join(f"{n} cores {m.rate(n):,.0f}" for n in CORES[1:])
             lines.append(
-                f"- {m.kind}, P = {m.partitions}: T = {m.total_us:.1f} µs of service CPU per "
-                f"counted row, of which the counting {m.worker_us:.1f} µs; the largest "
+                f"- {m.kind}, P = {m.partitions}, CPU per row of the runs with {m.workers} "
+                f"worker{'s' if m.workers > 1 else ''}: T = {m.total_us:.1f} µs of service CPU "
+                f"per counted row, of which the counting {m.worker_us:.1f} µs; the largest "
                 f"partition took {100 * m.share:.0f} % of the rows, so s = {m.serial_us:.1f} µs "
                 f"is serial (serial fraction {100 * m.fraction:.0f} %), and the busiest Redis "
                 f"process spent {m.redis_node_us:.1f} µs per row. X(N) = 10⁶ / (s + (T − s) / N),"
@@ -511,13 +548,14 @@ def prose(runs: Sequence[Run], models: Sequence[Amdahl]) -> str:
                 f"{proj}, N → ∞ {m.rate(math.inf):,.0f} rows/s (bound by {m.limit})."
             )
         out.append(
-            "**Amdahl, from the measured CPU per row** (the runs with 1 worker, medians; the "
-            "load generator left out). One partition is counted by one job at a time, so its "
-            "worker CPU per row times its share of the rows is the serial part s; the API "
-            "processes, the other partitions' jobs and Redis spread over the cores, except "
-            "that one Redis process uses one core at most. The counting job's own Redis calls "
-            "stay in the parallel part (they are not told apart from the ingest's), so these "
-            "are upper bounds.\n\n" + "\n".join(lines)
+            "**Amdahl, from the measured CPU per row** (medians; the load generator left out). "
+            "One partition is counted by one job at a time, so its worker CPU per row times "
+            "its share of the rows is the serial part s; the API processes, the other "
+            "partitions' jobs and Redis spread over the cores, except that one Redis process "
+            "uses one core at most. The counting job's own Redis calls stay in the parallel "
+            "part (they are not told apart from the ingest's), so these are upper bounds for "
+            "the CPU per row they start from: that of the fewest workers (the least), and that "
+            "of the most (the partitions counted in parallel).\n\n" + "\n".join(lines)
         )
     return "\n\n".join(out)
 
@@ -567,13 +605,17 @@ def plot(runs: Sequence[Run], tag: str = "", directory: Path = PLOTS) -> Plot:
 
     ax = axes[2]
     ns = [2**i for i in range(7)]
-    for i, m in enumerate(amdahl(runs)):
-        ax.plot(ns, [m.rate(n) for n in ns], color=f"C{i}",
-                linestyle="-" if m.kind == "standalone" else "--",
-                label=f"{m.kind}, P = {m.partitions}")  # fmt: skip
-        pts = [(r.cores(), r.rate) for k, g in groups.items() if k[:2] == (m.kind, m.partitions)
-               for r in g]  # fmt: skip
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=f"C{i}", s=12)
+    hue = {pair: f"C{i}" for i, pair in enumerate(pairs)}
+    fewest: dict[tuple[str, int], int] = {}
+    for m in amdahl(runs):
+        first = (m.kind, m.partitions) not in fewest
+        fewest.setdefault((m.kind, m.partitions), m.workers)
+        ax.plot(ns, [m.rate(n) for n in ns], color=hue[(m.kind, m.partitions)],
+                linestyle="-" if first else ":",
+                label=f"{m.kind}, P = {m.partitions}, from W = {m.workers}")  # fmt: skip
+    for pair in pairs:
+        pts = [(r.cores(), r.rate) for k, g in groups.items() if k[:2] == pair for r in g]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=hue[pair], s=12)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("cores (dots: measured runs at the cores they kept busy)")
     ax.set_ylabel("counted rows/s")

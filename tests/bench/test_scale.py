@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
 from bench.report import Plot, Table
-from bench.scale.cli import Bench, load_pool, parse
+from bench.scale.cli import Bench, load_pool, parse, saved_runs
 from bench.scale.deploy import Processes, TreeCpu, backend, counted_up, part_rows
 from bench.scale.report import (
     Amdahl,
@@ -94,17 +95,18 @@ def test_ratios_are_within_one_repeat() -> None:
 
 
 def test_amdahl_projection() -> None:
-    m = Amdahl("standalone", 4, total_us=100.0, worker_us=40.0, share=0.25, redis_node_us=20.0)
+    m = Amdahl("standalone", 4, 1, total_us=100.0, worker_us=40.0, share=0.25, redis_node_us=20.0)
     assert m.serial_us == pytest.approx(10.0) and m.fraction == pytest.approx(0.1)
     assert m.rate(1) == pytest.approx(10_000)
     assert m.rate(2) == pytest.approx(1e6 / (10 + 45))
     assert m.rate(math.inf) == pytest.approx(50_000) and m.limit == "Redis"  # 1e6 / 20 µs
-    one = Amdahl("cluster", 1, total_us=100.0, worker_us=40.0, share=1.0, redis_node_us=10.0)
+    one = Amdahl("cluster", 1, 1, total_us=100.0, worker_us=40.0, share=1.0, redis_node_us=10.0)
     assert one.rate(math.inf) == pytest.approx(25_000) and one.limit == "counting"
-    # from the runs: one model per (Redis, partitions), from their 1-worker runs
-    models = {(m.kind, m.partitions): m for m in amdahl(_runs())}
-    assert sorted(models) == [("cluster", 1), ("cluster", 4), ("standalone", 1), ("standalone", 4)]
-    m = models[("cluster", 4)]
+    # from the runs: per (Redis, partitions), from the runs with the fewest and the most workers
+    models = {(m.kind, m.partitions, m.workers): m for m in amdahl(_runs())}
+    assert sorted(models) == [(k, p, w) for k in ("cluster", "standalone") for p in (1, 4)
+                              for w in (1, 4)]  # fmt: skip
+    m = models[("cluster", 4, 1)]
     assert (m.total_us, m.worker_us, m.share, m.redis_node_us) == pytest.approx((100, 50, 0.25, 6))
 
 
@@ -141,9 +143,11 @@ def test_tables_prose_and_plot_come_from_the_runs(tmp_path: Path) -> None:
     assert "| cluster | 8 | 2,400 | 16.00 ms | 80.0 ms |" in md[5]
     # Amdahl: T = 100 µs, worker 50, share 25 % (P = 4): s = 12.5 µs; the cluster's busiest
     # Redis node 6 µs a row
-    assert "| cluster | 4 | 100.0 | 50.0 | 25 % | 12.5 | 12 % | 6.0 |" in md[6]
+    assert "| cluster | 4 | 1 worker | 100.0 | 50.0 | 25 % | 12.5 | 12 % | 6.0 |" in md[6]
+    assert "| cluster | 4 | 4 workers | 100.0 |" in md[6]
     assert "| 10,000 | 17,778 |" in md[6]  # 1 core, 2 cores: 1e6 / (12.5 + 87.5 / 2)
-    assert "cluster, P = 4: T = 100.0 µs" in md[7] and "N → ∞ 80,000 rows/s" in md[7]
+    assert "cluster, P = 4, CPU per row of the runs with 1 worker: T = 100.0 µs" in md[7]
+    assert "N → ∞ 80,000 rows/s" in md[7] and "P = 4 against P = 1" in md[7]
     assert "4 workers against 1" in md[7]
     p = plot(runs, tag="_test", directory=tmp_path)
     assert isinstance(p, Plot) and p.path.stat().st_size > 1000
@@ -189,3 +193,14 @@ def test_a_tiny_run_counts_every_row(tmp_path: Path) -> None:
         finally:
             ps.close()
             pool.shutdown()
+
+
+def test_saved_runs_merge_their_repeats(tmp_path: Path) -> None:
+    runs = _runs()
+    for name in ("a", "b"):
+        raw = {"command": "selectivity bench scale", "runs": [r.asdict() for r in runs]}
+        (tmp_path / f"{name}.json").write_bytes(orjson.dumps(raw))
+    merged, command, quick = saved_runs([tmp_path / "a.json", tmp_path / "b.json"])
+    assert len(merged) == 2 * len(runs) and {r.rep for r in merged} == {0, 1, 2, 3}
+    assert command.startswith("selectivity bench scale  # 2 runs") and not quick
+    assert render(merged)[0].markdown() == render(runs)[0].markdown()  # the same figures twice
