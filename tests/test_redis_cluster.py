@@ -233,7 +233,8 @@ async def test_a_stream_of_several_parts_spreads_over_the_masters(
     )
     assert r.status_code == 202
     rt = await ingest_service.streams.runtime(ctx=api.ctx, name=name)
-    assert sum([await counting.count_stream(api.ctx, name, p) for p in range(6)]) == 48
+    counted = [await counting.count_window(ctx=api.ctx, rt=rt, window=1, part=p) for p in range(6)]
+    assert sum(counted) == 48
     nodes = []
     for port in cluster:
         with redis.Redis(port=port) as node:

@@ -209,7 +209,8 @@ async def test_every_reader_of_a_window_reads_every_part(api: Api, jobs: Jobs) -
     # column), the other parts not yet (read as JSON)
     more = _rows(45, users=25, seed=5)
     assert (await _post(api, name, more)).status_code == 202
-    assert await counting.count_stream(ctx, name, 0) > 0
+    rt = await streams.runtime(ctx=ctx, name=name)
+    assert await counting.count_window(ctx=ctx, rt=rt, window=2, part=0) > 0
     r = await api.get(f"/v1/streams/{name}/trainset", role="model")
     assert r.status_code == 200, r.text
     table = pa.ipc.open_stream(r.content).read_all()
@@ -317,3 +318,23 @@ async def test_a_counter_killed_mid_part_loses_and_duplicates_nothing(
     np.testing.assert_array_equal(
         await _window(api, name, 1), await expected_tables(api, name, rows, 2)
     )
+
+
+async def test_the_counting_job_lets_a_part_gather_rows_for_a_while(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job leaves the open window's part while few rows wait and the oldest is young
+    (a run's whole-table writes cost Redis per cell, not per row); it counts once the oldest
+    has waited LINGER_SECONDS, and a roll counts everything at once."""
+    name = await new_stream(api, "prl", **_user_stream())
+    ctx = api.ctx
+    rows = _rows(9, users=9, seed=7)
+    assert (await _post(api, name, rows)).status_code == 202
+    assert sum([await counting.count_stream(ctx, name, p) for p in range(PARTS)]) == 0
+    monkeypatch.setattr(counting, "LINGER_SECONDS", 0.0)
+    assert sum([await counting.count_stream(ctx, name, p) for p in range(PARTS)]) == 9
+    monkeypatch.undo()
+    more = _rows(6, users=9, seed=8)
+    assert (await _post(api, name, more)).status_code == 202
+    monkeypatch.setattr(counting, "LINGER_ROWS_PER_CELLS", 1 / 10**9)  # any row is enough
+    assert sum([await counting.count_stream(ctx, name, p) for p in range(PARTS)]) == 6
