@@ -231,7 +231,7 @@ async def test_a_failing_job_records_and_logs_no_value(
     queue = f"{{{ctx.keys.prefix}:logjobs-{secrets.token_hex(3)}}}"
     monkeypatch.setattr(runner, "queue_name", lambda _keys, _klass="service": queue)
 
-    async def broken(_ctx: object, stream: str) -> int:
+    async def broken(_ctx: object, stream: str, part: int = 0) -> int:
         async with ctx.sessionmaker() as s:  # a driver error with the canary as a parameter
             await s.execute(text("SELECT * FROM no_such_table WHERE x = :v"), {"v": value})
         return 0
