@@ -60,7 +60,7 @@ from functools import lru_cache
 from typing import Literal
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 BETA_MIN = 1e-3
 BETA_MAX = 0.99
@@ -202,6 +202,8 @@ def log_binom_tail(
     ratio t_{j+1}/t_j = (n−j)β / ((j+1)(1−β)) falls with j), so the value is an upper bound
     within a relative 1e-15 or so. Tails below e^``below`` (which cannot matter to the caller)
     are left at their underflowed value."""
+    from scipy import stats  # 0.5 s of import every process that loads the queues would pay
+
     n = np.asarray(n, dtype=np.float64)
     m = np.asarray(m, dtype=np.float64)
     with np.errstate(divide="ignore"):
