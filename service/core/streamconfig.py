@@ -257,8 +257,8 @@ class StreamCreate(Strict):
             "by its own job, so one stream's ingest and counting spread over worker processes "
             "and Redis masters; a row goes to the part of a keyed hash of its user key "
             "(privacy.user_key), else of the row. The window's noise is drawn once, whatever "
-            "the parts. Sizing: one part per ~15,000 rows/s of peak ingest, at most the worker "
-            "slots of the deployment (docs/OPERATIONS.md)"
+            "the parts. Sizing: one part per ~20,000 rows/s of peak ingest, no more than the "
+            "worker processes that count the stream (docs/ARCHITECTURE.md, 'Scaling out')"
         ),
     )
     privacy: PrivacyIn = Field(default_factory=PrivacyIn)
