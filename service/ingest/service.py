@@ -224,7 +224,7 @@ async def ingest(
         fingerprint = batch_fingerprint(rows, rt.hash_seed, token)
         return await _accept_keyed_parts(ctx, name, parts, token, fingerprint, out)
     if idempotency_key is None:
-        return await _accept_unkeyed(ctx, name, rows, out), False
+        return await _accept_unkeyed_parts(ctx, name, [rows], out), False
     store = ctx.stores.ingest
     token = key_token(idempotency_key, rt.hash_seed, scope)
     old = key_token(idempotency_key, rt.hash_seed)
@@ -304,47 +304,13 @@ async def ingest(
     raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
 
 
-async def _accept_unkeyed(
-    ctx: AppContext, name: str, rows: list[bytes], out: IngestOut
-) -> IngestOut:
-    """A batch without a key: into the open window, recorded nowhere. The cached open epoch
-    saves a round trip; the script refuses a closed window."""
-    windows = ctx.stores.windows
-    epochs = ctx.caches.open_epochs
-    epoch = epochs.get(name) or await windows.epoch(name)
-    if epoch is None:
-        raise Unavailable(f"stream {name!r} has no open window yet; retry shortly")
-    for _ in range(MAX_WINDOW_RETRIES):
-        out.window = epoch
-        status, _ = await ctx.stores.ingest.accept(
-            stream=name,
-            window=epoch,
-            token=None,
-            legacy_token=None,
-            fingerprint="0" * 64,  # not stored: no key
-            unbound=lambda: "",
-            legacy=lambda: "",
-            rows=rows,
-            response=b"",
-            ttl=ctx.settings.idempotency_ttl_seconds,
-        )
-        if status == "ok":
-            epochs[name] = epoch
-            return out
-        fresh = await windows.epoch(name)  # closed: the stream rolled under us
-        if fresh is None or fresh == epoch:
-            raise Unavailable(f"stream {name!r} is rolling; retry shortly")
-        epoch = fresh
-    raise Unavailable(f"stream {name!r} rolled {MAX_WINDOW_RETRIES} times during one batch")
-
-
 async def _accept_unkeyed_parts(
     ctx: AppContext, name: str, parts: list[list[bytes]], out: IngestOut
 ) -> IngestOut:
-    """A batch without a key into a stream of several parts: each part's rows into that part
-    of the open window, recorded nowhere. A roll between two parts sends the rest to the next
-    window (each part's script refuses a closed part); ``window`` is the last window a part
-    went to."""
+    """A batch without a key (``parts``: its rows by part, one list for a stream of one part):
+    each part's rows into that part of the open window, recorded nowhere. The cached open
+    epoch saves a round trip; each part's script refuses a closed part, and a roll under the
+    batch sends the rest to the next window; ``window`` is the last window a part went to."""
     windows = ctx.stores.windows
     epochs = ctx.caches.open_epochs
     epoch = epochs.get(name) or await windows.epoch(name)

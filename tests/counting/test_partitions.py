@@ -264,7 +264,7 @@ async def main(name, part, kill_at, after):
     after = int(after)
     s = Settings.model_validate_json(os.environ["SEL_TEST_SETTINGS"])
     ctx = await resources.build(s, embedded=None)
-    counting.COUNT_CHUNK = 25
+    counting.COUNT_CHUNK = 1  # a run a listed batch
     real = CountingStore.count
     runs = {"n": 0}
 
@@ -295,8 +295,8 @@ async def test_a_counter_killed_mid_part_loses_and_duplicates_nothing(
     from its checkpoint, and the window's tables hold every row exactly once."""
     name = await new_stream(api, "prk9", **_user_stream())
     rows = _rows(400, users=60, seed=6)
-    for i in range(0, len(rows), 100):
-        assert (await _post(api, name, rows[i : i + 100])).status_code == 202
+    for i in range(0, len(rows), 50):  # 8 batches: 8 runs of each part
+        assert (await _post(api, name, rows[i : i + 50])).status_code == 202
     settings = backend.settings
     if backend.embedded is not None:  # the child reaches the same embedded server
         settings = settings.model_copy(update={"redis_url": f"unix://{backend.embedded.socket}"})
