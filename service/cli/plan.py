@@ -41,6 +41,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         "epsilon_selection": args.epsilon_selection,
         "selection_slots": args.selection_slots,
         "depth": args.depth,
+        "peak_rows_per_second": args.peak_rows_per_second,
     }
     try:
         req = PlanRequest.model_validate(body)
@@ -83,6 +84,10 @@ def cmd_plan(args: argparse.Namespace) -> None:
         )
     else:
         print(f"selection: off, max_tables={len(p.tables)} (no slot reserved)")
+    print(
+        f"partitions: {p.partitions}"
+        + (" (one counting job)" if p.partitions == 1 else " (one counting job each, in parallel)")
+    )
     print("why:")
     for line in p.why:
         print(f"  {line}")
@@ -152,5 +157,11 @@ def register(privacy: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="table slots for selected groups (default 4 with --epsilon-selection, else 0)",
     )
     pp.add_argument("--depth", type=int, default=3, help="sketch depth (fitted at 3)")
+    pp.add_argument(
+        "--peak-rows-per-second",
+        type=float,
+        default=None,
+        help="peak ingest rate, for the proposed partitions (default: the window's mean rate)",
+    )
     pp.add_argument("--json", action="store_true", help="print the proposal as JSON")
     pp.set_defaults(fn=cmd_plan)

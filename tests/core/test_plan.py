@@ -31,7 +31,7 @@ from service.core.dp.plan import (
     make_plan,
     split,
 )
-from service.core.streamconfig import StreamCreate
+from service.core.streamconfig import MAX_WINDOW_CELLS, StreamCreate
 from tests.conftest import shared_data
 
 ML = {
@@ -264,3 +264,32 @@ def test_a_raw_data_budget_too_small_says_so() -> None:
             observations_per_window=10, cardinalities={"a": 2}, max_hot_seconds=3600,
             window_seconds=86400,
         )  # fmt: skip
+
+
+def test_partitions_are_proposed_for_the_peak_rate_and_capped_by_memory() -> None:
+    """One part per PART_ROWS_PER_SECOND of peak ingest (at most 39 features: fewer are not
+    assumed faster; more make a part slower), the mean rate by default, no more parts than a
+    window's cells allow; the proposal is a stream the service accepts."""
+    quiet = plan(10_000)  # 10,000 a day: one part, and the body says nothing of parts
+    assert quiet.partitions == 1 and "partitions" not in quiet.stream_body("planned")
+    hot = plan(10**6, peak_rows_per_second=95_000)
+    assert hot.partitions == 5  # ceil(95,000 / 20,000)
+    cfg = StreamCreate.model_validate(hot.stream_body("planned"))
+    assert cfg.partitions == 5
+    assert any(w.startswith("partitions: 5 (") for w in hot.why)
+    wide = {f"f{i}": 10 for i in range(52)}  # 4/3 the features: 3/4 the rows a part
+    p = make_plan(
+        PlanRequest(observations_per_window=10**6, cardinalities=wide, peak_rows_per_second=95_000)
+    )
+    assert p.partitions == 7  # ceil(95,000 / 15,000)
+    huge = make_plan(  # 50 parts wanted; the widest sketch leaves room for fewer
+        PlanRequest(
+            observations_per_window=10**9,
+            cardinalities={"a": 10**9, "b": 10**9},
+            peak_rows_per_second=10**6,
+        )
+    )
+    fits = MAX_WINDOW_CELLS // (huge.width * huge.depth * 2 * 3)
+    assert huge.partitions == fits < 50
+    assert any(f"partitions capped at {fits} from 50" in w for w in huge.why)
+    StreamCreate.model_validate(huge.stream_body("planned"))

@@ -96,7 +96,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from service.core.dp.budget import slot_cost
-from service.core.streamconfig import FEATURE_PATTERN, Strict
+from service.core.streamconfig import FEATURE_PATTERN, MAX_PARTITIONS, MAX_WINDOW_CELLS, Strict
 
 KAPPA = 0.0874
 POWER = 1.066
@@ -167,6 +167,16 @@ class PlanRequest(Strict):
         description=(
             "table slots reserved for selected groups; default 4 with epsilon_selection > 0, "
             "else 0 (a slot only selection fills costs every table budget)"
+        ),
+    )
+    peak_rows_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        le=10**9,
+        description=(
+            "the stream's peak ingest rate; the plan proposes `partitions` for it "
+            "(PART_ROWS_PER_SECOND a part, scaled by the features); default: the mean rate of "
+            "observations_per_window"
         ),
     )
     depth: int = Field(default=3, ge=1, le=16)
@@ -257,6 +267,7 @@ class Plan:
     slot_share: float = 0.0  # each slot's share of the per-window budget, 1/(n + S)
     slot_noise_factor: float = 1.0  # every table's Laplace scale ÷ the same ε without the slots
     epsilon_without_slots: float | None = None  # what meets the target without them
+    partitions: int = 1  # parts a window is split into for the peak rate
     why: list[str] = field(default_factory=list)
 
     @property
@@ -289,6 +300,7 @@ class Plan:
             "privacy": privacy,
             "sketch": {"width": self.width, "depth": self.depth},
             "max_tables": len(self.tables) + self.selection_slots,
+            **({"partitions": self.partitions} if self.partitions > 1 else {}),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -413,6 +425,27 @@ def _retention(req: PlanRequest, h: int) -> int:
     return max(1, min(MAX_RETENTION, math.ceil(h / req.max_exposure - 1e-9) - h))
 
 
+# Rows a second one part of a stream takes, with headroom: one counting job counts a row of
+# the 39-feature click log in ~32 µs of one core (~31,000 rows/s; BENCHMARKS.md, "Scale: one
+# stream across workers, partitions and Redis masters"), taken at ~60 %; a stream of more
+# features gets proportionally fewer rows a part, one of fewer is not assumed faster (the
+# per-row costs apart from the features were not measured apart; docs/ARCHITECTURE.md,
+# "Scaling out").
+PART_ROWS_PER_SECOND = 20_000
+PART_FEATURES = 39
+
+
+def partitions_for(req: PlanRequest) -> tuple[int, float]:
+    """The parts a stream needs for its peak rate, and that rate (rows/s)."""
+    rate = req.peak_rows_per_second or req.observations_per_window / req.window_seconds
+    return max(1, min(MAX_PARTITIONS, math.ceil(rate / part_rows_per_second(req)))), rate
+
+
+def part_rows_per_second(req: PlanRequest) -> float:
+    """The rows a second the plan gives one part of the stream (``PART_ROWS_PER_SECOND``)."""
+    return PART_ROWS_PER_SECOND * min(1.0, PART_FEATURES / len(req.cardinalities))
+
+
 def make_plan(req: PlanRequest) -> Plan:
     """The proposal (module docstring)."""
     largest = max(req.cardinalities.values())
@@ -463,6 +496,21 @@ def make_plan(req: PlanRequest) -> Plan:
             f"noise s.d. {t.noise_sd:,.1f}, SNR {t.snr:.2f}, ε_t {t.epsilon:.4g} "
             f"(weight {t.weight:.3g})"
         )
+    parts, rate = partitions_for(req)
+    window_cells = width * req.depth * req.labels * (n_tables + req.slots)
+    fits = max(1, MAX_WINDOW_CELLS // window_cells)
+    if parts > fits:
+        why.append(
+            f"partitions capped at {fits} from {parts}: each part holds the window's "
+            f"{window_cells:,} cells, and a window is at most {MAX_WINDOW_CELLS:,}"
+        )
+        parts = fits
+    why.append(
+        f"partitions: {parts} ({rate:,.4g} rows/s at peak; a part is counted by one job on one "
+        f"core, ~{part_rows_per_second(req):,.0f} rows/s with headroom at "
+        f"{len(req.cardinalities)} features)"
+        + ("" if parts == 1 else f"; each part holds a copy of the window's tables (× {parts})")
+    )
     slots = req.slots
     cost = slot_cost(float(n_tables), slots)
     without: float | None = None
@@ -515,6 +563,7 @@ def make_plan(req: PlanRequest) -> Plan:
         slot_share=cost["share"] if slots else 0.0,
         slot_noise_factor=cost["laplace"],
         epsilon_without_slots=without,
+        partitions=parts,
         why=why,
     )
 
