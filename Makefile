@@ -25,7 +25,7 @@ test: install
 
 # Everything but the tests marked slow (subprocesses, Chromium, end-to-end runs, brute-force and
 # statistical sweeps), on every core (pytest-xdist), property tests at a fifth of their examples
-# (tests/conftest.py): 65-75 s on 2 quiet cores. Bytecode is cached even where
+# (tests/conftest.py): 41-46 s on 2 quiet cores. Bytecode is cached even where
 # PYTHONDONTWRITEBYTECODE is set: each worker imports the service and collects every test
 # module, twice as long without it.
 test-fast: install
