@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     # before the request answers 503 with Retry-After (service.db.session).
     sqlite_busy_timeout_seconds: float = Field(default=10.0, ge=0.05, le=300.0)
     coldstore_dir: Path | None = None
+    # The cold store keeps no window's raw rows longer than this many days after the window
+    # closed, whatever its stream says (a stream's cold_retention_windows may keep fewer);
+    # unset: each stream's own setting alone (service.coldstore.service.apply_retention).
+    cold_retention_days: float | None = Field(default=None, gt=0, le=36_600)
     admin_key: str | None = None
     # Prefix of every Redis key this deployment writes (tests use a unique one per run).
     redis_prefix: str = "sel"

@@ -214,6 +214,8 @@ def cmd_unlock_export(args: argparse.Namespace) -> None:
         print(f"window {w['window']}: {w['rows']} rows")
     for w in manifest.get("not_sealed", []):
         print(f"window {w['window']} ({w['state']}): {w['note']}")
+    for w in manifest.get("deleted_by_retention", []):
+        print(f"window {w}: its raw rows were deleted by the stream's cold retention")
     if not manifest.get("rows_per_window") and not manifest.get("not_sealed"):
         print("no window of the range holds sealed data")
     if manifest.get("failed_segments"):

@@ -57,3 +57,30 @@ def remove_unindexed(root: Path, stream_id: int, epoch: int, keep: set[str]) -> 
     for p in d.glob(".*.tmp"):
         p.unlink(missing_ok=True)
     return removed
+
+
+def remove_window(root: Path, stream_id: int, epoch: int, paths: list[str]) -> int:
+    """Delete a window's segment files: those the index names (wherever they were written)
+    and everything left in the window's directory under ``root`` (a crashed seal's file or
+    temp file), then the directory; the parent directory is synced so the deletion is
+    durable. Safe to run again: a file already gone is skipped. Returns the files deleted."""
+    removed = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed += 1
+    d = root / str(stream_id) / str(epoch)
+    if d.is_dir():
+        for left in d.iterdir():
+            if left.is_file() or left.is_symlink():
+                left.unlink(missing_ok=True)
+                removed += 1
+        with contextlib.suppress(OSError):  # not empty: something not ours, left in place
+            d.rmdir()
+    if d.parent.is_dir():
+        dfd = os.open(d.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    return removed

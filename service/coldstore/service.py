@@ -23,12 +23,12 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.audit import service as audit
@@ -162,6 +162,7 @@ class SealStats:
     bytes: int = 0
     windows_sealed: int = 0
     problems: int = 0
+    windows_deleted: int = 0  # their segments, by the stream's cold_retention_windows
 
 
 def _ts(entry_id: bytes) -> datetime:
@@ -194,6 +195,8 @@ async def seal_stream(
         )
         key_id, public_key, stream_id = key.id, key.public_key, stream.id
         stream_parts = stream.config.get("partitions", 1)
+        keep = stream.config.get("cold_retention_windows")
+    days = ctx.settings.cold_retention_days
     parts = int(stream_parts)
     for w, p in ((w, p) for w in todo for p in range(parts)):
         closed = w.closed_at is not None
@@ -279,7 +282,95 @@ async def seal_stream(
             epoch = await store.epoch(name)
             if epoch is not None:
                 await expire(ctx=ctx, rt=rt, epoch=epoch)
+    if keep is not None or days is not None:
+        stats.windows_deleted = await apply_retention(
+            ctx=ctx,
+            name=name,
+            stream_id=stream_id,
+            keep=None if keep is None else int(keep),
+            closed_before=None if days is None else datetime.now(UTC) - timedelta(days=days),
+        )
     return stats
+
+
+async def apply_retention(
+    *,
+    ctx: AppContext,
+    name: str,
+    stream_id: int,
+    keep: int | None,
+    closed_before: datetime | None = None,
+) -> int:
+    """Delete the cold segments of the stream's windows older than ``keep`` windows (the
+    stream's ``cold_retention_windows``; the open window is the first, as for
+    ``hot_windows``: windows before ``epoch − keep + 1``) or closed before ``closed_before``
+    (``SELECTIVITY_COLD_RETENTION_DAYS``), of those whose hot data is gone already
+    (``hot_deleted_at``: the cold store holds their only raw copy). Per window, the files go
+    first (``files.remove_window``), then the index rows, with ``cold_deleted_at`` set in the
+    same transaction: a crash in between leaves rows naming missing files, which the next run
+    deletes (an export under a grant meanwhile reports them as failed segments). Rows
+    a window's deletion removes hold no raw data (a path, a size, a hash). Returns the windows
+    deleted; each run is audited (``coldstore.retention``)."""
+    epoch = await ctx.stores.windows.epoch(name)
+    old = []
+    if keep is not None and epoch is not None:
+        old.append(Window.epoch < epoch - keep + 1)
+    if closed_before is not None:
+        old.append(Window.closed_at < closed_before)
+    if not old:
+        return 0
+    root = ctx.settings.resolved_coldstore_dir
+    async with ctx.sessionmaker() as session:
+        due = list(
+            await session.scalars(
+                select(Window)
+                .where(
+                    Window.stream_id == stream_id,
+                    or_(*old),
+                    Window.hot_deleted_at.is_not(None),
+                    Window.cold_deleted_at.is_(None),
+                )
+                .order_by(Window.epoch)
+            )
+        )
+    deleted: list[int] = []
+    files_deleted = 0
+    for w in due:
+        async with ctx.sessionmaker() as session:
+            paths = list(
+                await session.scalars(
+                    select(ColdSegment.path).where(
+                        ColdSegment.stream_id == stream_id, ColdSegment.epoch == w.epoch
+                    )
+                )
+            )
+        files_deleted += await asyncio.to_thread(
+            files.remove_window, root, stream_id, w.epoch, paths
+        )
+        async with ctx.sessionmaker() as session, session.begin():
+            await session.execute(
+                delete(ColdSegment).where(
+                    ColdSegment.stream_id == stream_id, ColdSegment.epoch == w.epoch
+                )
+            )
+            row = await session.get(Window, w.id, with_for_update=True)
+            if row is not None and row.cold_deleted_at is None:
+                row.cold_deleted_at = datetime.now(UTC)
+        deleted.append(w.epoch)
+    if deleted:
+        await audit.record(
+            ctx.sessionmaker,
+            actor="service",
+            action="coldstore.retention",
+            target=f"stream:{name}",
+            detail={
+                "windows": deleted,
+                "files": files_deleted,
+                "keep_windows": keep,
+                "closed_before": None if closed_before is None else closed_before.isoformat(),
+            },
+        )
+    return len(deleted)
 
 
 async def _part_cursor(ctx: AppContext, w: Window, p: int) -> str | None:
@@ -353,11 +444,13 @@ async def seal_all(*, ctx: AppContext) -> dict[str, int]:
         out.entries += st.entries
         out.windows_sealed += st.windows_sealed
         out.problems += st.problems
+        out.windows_deleted += st.windows_deleted
     return {
         "segments": out.segments,
         "entries": out.entries,
         "windows_sealed": out.windows_sealed,
         "problems": out.problems,
+        "windows_deleted": out.windows_deleted,
     }
 
 

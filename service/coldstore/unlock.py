@@ -551,9 +551,9 @@ async def export(
             segments = list(await session.scalars(q.order_by(ColdSegment.epoch, ColdSegment.id)))
             for s in segments:
                 session.expunge(s)
-            wq = select(Window.epoch, Window.state, Window.cold_sealed_at).where(
-                Window.stream_id == r.stream_id
-            )
+            wq = select(
+                Window.epoch, Window.state, Window.cold_sealed_at, Window.cold_deleted_at
+            ).where(Window.stream_id == r.stream_id)
             if lo_w is not None:
                 wq = wq.where(Window.epoch >= lo_w, Window.epoch <= hi_w)
             if lo_t is not None:
@@ -578,7 +578,10 @@ async def export(
             "segments": len(segments),
         },
     )
-    sealed = [w.epoch for w in windows if w.cold_sealed_at is not None]
+    sealed = [
+        w.epoch for w in windows if w.cold_sealed_at is not None and w.cold_deleted_at is None
+    ]
+    deleted = [w.epoch for w in windows if w.cold_deleted_at is not None]
     not_sealed = [
         {
             "window": w.epoch,
@@ -590,16 +593,19 @@ async def export(
         for w in windows
         if w.cold_sealed_at is None
     ]
-    return _stream(ctx, who, rid, grant, segments, fmt, lo_t, hi_t, Manifest(sealed, not_sealed))
+    manifest = Manifest(sealed, not_sealed, deleted)
+    return _stream(ctx, who, rid, grant, segments, fmt, lo_t, hi_t, manifest)
 
 
 @dataclass
 class Manifest:
     """The export's last record: rows per window, counted from the decrypted segments (SQL
-    keeps no row count past the hot period), and the windows of the range not (yet) sealed."""
+    keeps no row count past the hot period), the windows of the range not (yet) sealed, and
+    those whose segments the stream's cold retention deleted."""
 
     sealed: list[int]
     not_sealed: list[dict[str, Any]]
+    deleted: list[int] = field(default_factory=list)
     rows: dict[int, int] = field(default_factory=dict)
     failed_segments: int = 0
     complete: bool = True
@@ -610,6 +616,7 @@ class Manifest:
             "rows_per_window": [{"window": w, "rows": self.rows.get(w, 0)} for w in windows],
             "rows": sum(self.rows.values()),
             "not_sealed": self.not_sealed,
+            "deleted_by_retention": self.deleted,
             "failed_segments": self.failed_segments,
             "complete": self.complete,
         }

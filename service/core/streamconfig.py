@@ -247,6 +247,19 @@ class StreamCreate(Strict):
     window_seconds: int = Field(default=86400, ge=1, le=366 * 86400)
     hot_windows: int = Field(default=2, ge=1, le=1000)
     retention_windows: int = Field(default=30, ge=1, le=10_000)
+    cold_retention_windows: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "how long the cold store keeps a window's raw rows, in windows counted as "
+            "hot_windows counts them (the open window is the first): once a window is older, "
+            "its sealed segments are deleted (the only copy of its raw rows left by then; "
+            "checked by the seal job, so within one scheduler tick of the roll). At least "
+            "hot_windows. null: kept, unless the operator's SELECTIVITY_COLD_RETENTION_DAYS "
+            "deletes them (docs/ARCHITECTURE.md, 'Cold store and break-glass unlock')"
+        ),
+    )
     partitions: int = Field(
         default=1,
         ge=1,
@@ -352,6 +365,15 @@ class StreamCreate(Strict):
             raise ValueError(
                 f"sketch.width × sketch.depth × labels × max_tables = {window} "
                 f"cells in a window, more than {MAX_WINDOW_CELLS} (1 GiB of Redis memory a window)"
+            )
+        if (
+            self.cold_retention_windows is not None
+            and self.cold_retention_windows < self.hot_windows
+        ):
+            raise ValueError(
+                f"cold_retention_windows: {self.cold_retention_windows} is less than "
+                f"hot_windows = {self.hot_windows}; the hot period's raw rows are in Redis "
+                "until it ends, so the cold store keeps at least as many windows"
             )
         if window * self.partitions > MAX_WINDOW_CELLS:
             raise ValueError(

@@ -91,8 +91,10 @@ class Window(Base):
     state: ``open`` → ``hot`` (closed, still in the hot period) → ``counted`` (in the count period)
     → ``expired`` (past retention; its tables are deleted). Independently of the state, the raw
     data has its own checkpoints: ``cold_sealed_at`` (every entry sealed in the cold store and
-    verified; set by the cold-store issue's seal job) and ``hot_deleted_at`` (raw data deleted
-    from the hot store, which ``expire`` does only once ``cold_sealed_at`` is set).
+    verified; set by the seal job), ``hot_deleted_at`` (raw data deleted from the hot store,
+    which ``expire`` does only once ``cold_sealed_at`` is set) and ``cold_deleted_at`` (its
+    segments deleted from the cold store by the retention:
+    ``service.coldstore.service.apply_retention``).
     """
 
     __tablename__ = "stream_window"
@@ -108,6 +110,7 @@ class Window(Base):
     expired_at: Mapped[datetime | None] = mapped_column(default=None)
     cold_sealed_at: Mapped[datetime | None] = mapped_column(default=None)
     hot_deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    cold_deleted_at: Mapped[datetime | None] = mapped_column(default=None)
     # the seal job's checkpoint: the last hot-stream entry id written to a verified segment
     seal_cursor: Mapped[str | None] = mapped_column(String(40), default=None)
 

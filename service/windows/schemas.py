@@ -17,6 +17,10 @@ class WindowOut(BaseModel):
     closed_at: datetime | None
     cold_sealed_at: datetime | None
     hot_deleted_at: datetime | None
+    cold_deleted_at: datetime | None = Field(
+        default=None,
+        description="when the cold store deleted the window's raw rows (cold_retention_windows)",
+    )
     expired_at: datetime | None
 
 
