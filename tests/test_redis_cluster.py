@@ -240,7 +240,8 @@ async def test_a_stream_of_several_parts_spreads_over_the_masters(
         with redis.Redis(port=port) as node:
             hot = [k for k in node.scan_iter(match=f"{api.ctx.keys.prefix}:{{{name}:1*}}:hot")]
             nodes.append(len(hot))
-    assert sum(nodes) == 6 and sum(n > 0 for n in nodes) >= 2, nodes
+    # a part no user hashed to has no hot stream (24 users over 6 parts: ~7 % of the seeds)
+    assert sum(nodes) == sum(c > 0 for c in counted) and sum(n > 0 for n in nodes) >= 2, nodes
     r = await api.get(f"/v1/streams/{name}/trainset?format=ndjson", role="model")
     assert r.status_code == 200 and len(r.content.splitlines()) == 48
     assert (await api.post(f"/v1/streams/{name}/roll")).json() == {"epoch": 2}

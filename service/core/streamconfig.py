@@ -234,7 +234,8 @@ MAX_WINDOW_CELLS = 1 << 28
 # it is off: an unused slot would only dilute the budget of the tables that exist).
 SELECTION_SLOTS = 4
 # Parts a window may be split into (``StreamCreate.partitions``): each holds a copy of the
-# window's tables, so memory per window grows with them (MAX_WINDOW_CELLS bounds the product).
+# window's tables until expiry folds them into one (memory per window grows with them while its
+# raw rows are in Redis; MAX_WINDOW_CELLS bounds the product).
 MAX_PARTITIONS = 64
 
 

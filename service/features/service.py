@@ -163,17 +163,19 @@ async def label_rates(*, ctx: AppContext, name: str, half_life: float) -> dict:
     fz = await featurizer(ctx=ctx, name=name)
     rt = fz.rt
     windows = list(fz.agg.windows)
-    # ≤ retention_windows, L cells each, per part; a window's counts: the sum over its parts
-    # (part 0 holds the noise), one MGET per part (each part is its own cluster slot)
-    sums: list[np.ndarray | None] = [np.zeros(len(rt.labels), np.int64) for _ in windows]
-    for p in range(rt.parts):
-        keys = [ctx.keys.prior(name, w, p) for w in windows]
-        raw: list[bytes | None] = []
-        for i in range(0, len(keys), 1000):  # Redis serves others between the steps
-            raw += cast(list[bytes | None], await ctx.redis.mget(keys[i : i + 1000]))
-        for j, b in enumerate(raw):
-            total = sums[j]
-            sums[j] = None if (b is None or total is None) else total + cell_codec.decode(b)
+    # ≤ retention_windows, L cells each. One part: MGETs of 1,000 windows (Redis serves
+    # others between them); several: a window's counts are the sum over its parts (part 0
+    # holds the noise) or part 0 alone once folded, read as every reader reads them
+    sums: list[np.ndarray | None] = []
+    if rt.parts == 1:
+        keys = [ctx.keys.prior(name, w) for w in windows]
+        for i in range(0, len(keys), 1000):
+            raw = cast(list[bytes | None], await ctx.redis.mget(keys[i : i + 1000]))
+            sums += [None if b is None else cell_codec.decode(b) for b in raw]
+    else:
+        store = ctx.stores.windows
+        for w in windows:
+            sums.append(await store.read_window(name, w, [], cells=0, parts=rt.parts))
     labels = rt.labels
     kept = [(w, c) for w, c in zip(windows, sums, strict=True) if c is not None]
     pooled = np.zeros(len(labels))

@@ -94,8 +94,15 @@ async def expire(
             if w.epoch not in read_by_rounds
         ]
         past = list(await repository.windows_past_retention(session, rt.id, count_lo))
+        # windows whose raw rows went before folding existed: folded now (a no-op after)
+        unfolded = (
+            list(await repository.windows_hot_deleted(session, rt.id)) if rt.parts > 1 else []
+        )
     for w in hot:
         await counting.count_window(ctx=ctx, rt=rt, window=w.epoch)  # a no-op once counted
+        # the exact counts of parts p ≥ 1 carry no noise: folded into part 0 (noise and all
+        # the counts) before the window's raw rows go, so none outlives them (PRIVACY.md)
+        await store.fold(rt.name, w.epoch, ids, parts=rt.parts)
         await store.delete_hot(rt.name, w.epoch, parts=rt.parts)
         await ctx.stores.ingest.forget_unpointed(rt.name, [w.epoch])  # if one failed
         async with ctx.sessionmaker() as session, session.begin():
@@ -104,6 +111,10 @@ async def expire(
                 row.hot_deleted_at = now
                 await _drop_segment_statistics(session, row)
         deleted_hot += 1
+    folded_late = 0
+    for w in unfolded:
+        if w.epoch >= count_lo and not await store.folded(rt.name, w.epoch):
+            folded_late += await store.fold(rt.name, w.epoch, ids, parts=rt.parts)
     for w in past:
         await store.delete_tables(rt.name, w.epoch, ids, parts=rt.parts)
     if past:
@@ -126,8 +137,8 @@ async def expire(
     deleted_releases = await anonymize.expire(ctx=ctx, rt=rt, epoch=epoch)
     # so do re-identification audits of hot records (their figures are about them)
     deleted_audits = await audits.expire_for_stream(ctx=ctx, rt=rt, epoch=epoch)
-    if deleted_hot or deleted_releases or deleted_audits:
-        await store.rewrite_aof()
+    if deleted_hot or folded_late or deleted_releases or deleted_audits:
+        await store.rewrite_aof()  # (the AOF holds every write of what was deleted)
     if not await scrub_deleted(ctx.engine) and ctx.engine.dialect.name == "sqlite":
         log.warning("the SQLite WAL was busy: deleted rows are scrubbed at the next expiry")
     return {

@@ -48,6 +48,7 @@ class WindowStore:
         self._prepare = redis.register_script(source("prepare"))
         self._move = redis.register_script(source("move"))
         self._move_agg = redis.register_script(source("move_agg"))
+        self._fold = redis.register_script(source("fold"))
 
     # -- window tables ---------------------------------------------------------------
     async def state(self, s: str, w: int) -> str | None:
@@ -115,14 +116,96 @@ class WindowStore:
         """A window's tables (in ``table_ids`` order) and its prior table as one flat int64
         array, summed over its ``parts`` parts; None if the window has no tables (never
         existed or deleted). A table missing in a window that has others reads as zeros (it
-        did not exist yet); a table has ``cells`` cells."""
-        total: np.ndarray | None = None
-        for p in range(parts):
-            flat = await self._read_part(s, w, p, table_ids, cells)
-            if flat is None:  # deleted (every part goes in one roll): none of it is counted
+        did not exist yet); a table has ``cells`` cells.
+
+        A window of several parts may be folded (``fold``) while it is read: part 0 then
+        becomes the sum and the other parts go. Part 0's ``folded`` flag is read before and
+        after part 0 (the fold sets it in the script that moves the sum into place): set
+        before, part 0 alone is the window; clear both times, part 0 was read unfolded and the
+        other parts are added, and one found gone was folded meanwhile: the read starts
+        again. So no part's counts are ever added twice, nor a folded window's left out."""
+        if parts == 1:
+            return await self._read_part(s, w, 0, table_ids, cells)
+        while True:
+            if await self.folded(s, w):
+                return await self._read_part(s, w, 0, table_ids, cells)
+            total = await self._read_part(s, w, 0, table_ids, cells)
+            if total is None:  # deleted (every part goes in one roll): none of it is counted
                 return None
-            total = flat if total is None else total + flat
-        return total
+            if await self.folded(s, w):
+                continue  # folded during the read: part 0 may be a mix
+            for p in range(1, parts):
+                flat = await self._read_part(s, w, p, table_ids, cells)
+                if flat is None:
+                    break
+                total += flat
+            else:
+                return total
+            if not await self.folded(s, w):
+                return None  # deleted, not folded
+
+    async def folded(self, s: str, w: int) -> bool:
+        return await self.r.hget(self.k.meta(s, w, 0), "folded") == b"1"
+
+    async def fold(self, s: str, w: int, table_ids: Sequence[int], *, parts: int) -> bool:
+        """Fold a closed window's parts into part 0 and delete the others' tables: part 0's
+        tables (those it has; a table added after the window began has none) become the sum
+        over the parts (``sum_into_part_0``), then the other parts' tables go. Only for a
+        window counted to its end (no count writes to its parts any more). Exact counts of a
+        part p ≥ 1 carry no noise: once the window's raw rows are deleted they must not be
+        left in Redis (docs/PRIVACY.md, "Partitions"). Idempotent: a second call, or one after
+        a crash between the two steps, deletes what is left. Returns whether the window is
+        folded (False: one part, or no tables)."""
+        if parts == 1:
+            return False
+        if not await self.folded(s, w) and not await self.sum_into_part_0(
+            s, w, table_ids, parts=parts
+        ):
+            return False
+        for p in range(1, parts):
+            await self.r.unlink(
+                *[self.k.table(s, w, t, p) for t in table_ids], self.k.prior(s, w, p)
+            )
+        return True
+
+    async def sum_into_part_0(
+        self, s: str, w: int, table_ids: Sequence[int], *, parts: int
+    ) -> bool:
+        """``fold``'s first step: part 0's tables become the sum over the parts, moved into
+        place with the ``folded`` flag by ``fold.lua``; the other parts are left as they are.
+        Returns whether the window is folded (False: it has no tables)."""
+        keys = [self.k.table(s, w, t, 0) for t in table_ids] + [self.k.prior(s, w, 0)]
+        sums: list[np.ndarray | None] = [
+            None if b is None else cell_codec.decode(b) for b in await mget_stepwise(self.r, keys)
+        ]
+        if sums[-1] is None:
+            return False
+        for p in range(1, parts):
+            raw = await mget_stepwise(
+                self.r, [self.k.table(s, w, t, p) for t in table_ids] + [self.k.prior(s, w, p)]
+            )
+            if raw[-1] is None:  # deleted, or folded by another caller meanwhile
+                return await self.folded(s, w)
+            for i, b in enumerate(raw):
+                total = sums[i]
+                if total is not None and b is not None:
+                    total += cell_codec.decode(b)
+        present = [(k, v) for k, v in zip(keys, sums, strict=True) if v is not None]
+        token = secrets.token_hex(8)
+        stages = [f"{k}:stage:{token}" for k, _ in present]
+        try:
+            for stage, (_, cells) in zip(stages, present, strict=True):
+                await self.r.set(stage, cell_codec.encode(cells), ex=STAGE_TTL_SECONDS)
+            moved = int(
+                await self._fold(
+                    keys=[self.k.meta(s, w, 0), *(k for k, _ in present), *stages],
+                    args=[len(present)],
+                )
+            )
+        except BaseException:
+            await asyncio.shield(self.r.delete(*stages))
+            raise
+        return moved >= 0
 
     async def _read_part(
         self, s: str, w: int, p: int, table_ids: Sequence[int], cells: int

@@ -112,6 +112,16 @@ async def windows_to_expire_hot(
     return (await session.execute(stmt)).scalars().all()
 
 
+async def windows_hot_deleted(session: AsyncSession, stream_id: int) -> Sequence[Window]:
+    """Windows whose raw data is deleted from the hot store and whose tables are not."""
+    stmt = select(Window).where(
+        Window.stream_id == stream_id,
+        Window.hot_deleted_at.is_not(None),
+        Window.expired_at.is_(None),
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def windows_past_retention(
     session: AsyncSession, stream_id: int, before: int
 ) -> Sequence[Window]:

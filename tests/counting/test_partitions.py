@@ -231,6 +231,122 @@ async def test_every_reader_of_a_window_reads_every_part(api: Api, jobs: Jobs) -
         assert not await ctx.redis.exists(ctx.keys.hot(name, 1, p))
 
 
+async def test_no_exact_part_outlives_the_raw_rows_of_its_window(api: Api, jobs: Jobs) -> None:
+    """Parts p ≥ 1 hold exact counts, without noise: a one-time reader of Redis would read
+    them as they are. While the window's raw rows are in Redis that tells nothing more; once
+    expiry deletes them, the window is folded first: part 0 holds the sum (noise and every
+    count, the same tables every reader read before), no other part has a table left, and a
+    stream whose raw rows went before folding existed is folded by the next expiry."""
+    name = await new_stream(
+        api,
+        "prf",
+        partitions=PARTS,
+        hot_windows=1,
+        retention_windows=5,
+        privacy={"mechanism": "laplace", "epsilon": 1.0},
+    )
+    ctx = api.ctx
+    rt = await streams.runtime(ctx=ctx, name=name)
+    ids = [t.id for t in rt.tables]
+    for seed in (7, 8):
+        assert (await _post(api, name, _rows(60, users=20, seed=seed))).status_code == 202
+        assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
+    await jobs()
+    before = {w: await _window(api, name, w) for w in (1, 2)}
+
+    def part_keys(w: int) -> list[str]:
+        return [
+            key
+            for p in range(1, PARTS)
+            for key in [ctx.keys.table(name, w, t, p) for t in ids] + [ctx.keys.prior(name, w, p)]
+        ]
+
+    assert all([await ctx.redis.exists(k) for k in part_keys(1)])  # raw rows still there
+    assert (await coldstore.seal_stream(ctx=ctx, name=name)).windows_sealed == 2
+    for w in (1, 2):  # sealed and out of the hot period: raw rows gone, parts folded
+        assert not await ctx.redis.exists(ctx.keys.hot(name, w, 0))
+        assert await ctx.stores.windows.folded(name, w)
+        assert not any([await ctx.redis.exists(k) for k in part_keys(w)])
+        np.testing.assert_array_equal(await _window(api, name, w), before[w])
+    # featurize and a roll's aggregate read the folded windows as before
+    r = await api.post(f"/v1/streams/{name}/featurize", role="model", json={"rows": [{}]})
+    assert r.status_code == 200, r.text
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
+    np.testing.assert_array_equal(await _window(api, name, 2), before[2])
+
+    # a window whose raw rows were deleted before folding existed: folded by the next expiry
+    store = ctx.stores.windows
+    w = 3
+    assert (await _post(api, name, _rows(40, users=20, seed=9))).status_code == 202
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
+    await jobs()
+    await counting.count_window(ctx=ctx, rt=rt, window=w)
+    expected = await _window(api, name, w)
+    await store.delete_hot(name, w, parts=PARTS)  # as the expiry of a version before it did
+    async with ctx.sessionmaker() as s, s.begin():
+        sid = await s.scalar(select(Stream.id).where(Stream.name == name))
+        row = await s.scalar(select(Window).where(Window.stream_id == sid, Window.epoch == w))
+        assert row is not None
+        row.hot_deleted_at = row.closed_at
+    assert not await store.folded(name, w) and all(
+        [await ctx.redis.exists(k) for k in part_keys(w)]
+    )
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200  # its expiry
+    assert await store.folded(name, w)
+    assert not any([await ctx.redis.exists(k) for k in part_keys(w)])
+    np.testing.assert_array_equal(await _window(api, name, w), expected)
+
+
+@pytest.mark.parametrize("at", ["after part 0", "before part 1", "inside part 0"])
+async def test_a_read_that_a_fold_overtakes_counts_every_part_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """A fold between a reader's read of part 0 and of the others would, read naively, add
+    the other parts twice (part 0 read folded, then the parts not yet deleted) or leave them
+    out (part 0 read unfolded, the parts deleted). The fold runs at either point of the read
+    here, and the read still returns every count once."""
+    name = await new_stream(api, "pro", partitions=PARTS, hot_windows=1)
+    ctx = api.ctx
+    assert (await _post(api, name, _rows(80, users=30, seed=3))).status_code == 202
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
+    rt = await streams.runtime(ctx=ctx, name=name)
+    ids = [t.id for t in rt.tables]
+    store = ctx.stores.windows
+    whole = await _window(api, name, 1)
+    assert whole.sum() > 0
+    read_part = store._read_part
+    folded_once: list[bool] = []
+
+    async def overtaken(s: str, w: int, p: int, table_ids: Any, cells: int) -> Any:
+        if at == "before part 1" and p == 1 and not folded_once:
+            folded_once.append(await store.fold(name, 1, ids, parts=PARTS))
+        if at == "inside part 0" and p == 0 and not folded_once:
+            # the sum moved into place between two of part 0's MGETs, the other parts not
+            # deleted yet: the first table read unfolded, the rest folded
+            unfolded = await read_part(s, w, p, table_ids, cells)
+            folded_once.append(await store.sum_into_part_0(name, 1, ids, parts=PARTS))
+            mixed = await read_part(s, w, p, table_ids, cells)
+            mixed[:cells] = unfolded[:cells]
+            return mixed
+        out = await read_part(s, w, p, table_ids, cells)
+        if at == "after part 0" and p == 0 and not folded_once:
+            folded_once.append(await store.fold(name, 1, ids, parts=PARTS))
+        return out
+
+    monkeypatch.setattr(store, "_read_part", overtaken)
+    flat = await store.read_window(name, 1, ids, cells=rt.spec.cells, parts=PARTS)
+    assert folded_once == [True]
+    assert flat is not None
+    np.testing.assert_array_equal(flat, whole)
+    monkeypatch.undo()
+    if at == "inside part 0":  # a crash between the fold's steps: the parts are still there
+        assert await ctx.redis.exists(ctx.keys.prior(name, 1, 1))
+        np.testing.assert_array_equal(await _window(api, name, 1), whole)
+        assert await store.fold(name, 1, ids, parts=PARTS)  # the next expiry's
+        assert not await ctx.redis.exists(ctx.keys.prior(name, 1, 1))
+    np.testing.assert_array_equal(await _window(api, name, 1), whole)
+
+
 async def test_the_cron_enqueues_one_counting_job_per_part(api: Api) -> None:
     name = await new_stream(api, "prj", partitions=PARTS)
     await counting.enqueue_all(api.ctx)

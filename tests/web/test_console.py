@@ -241,6 +241,7 @@ def test_streams_page_shows_windows_tables_models_quality_and_the_ledger(
     for epoch in sealed:
         expect(page.locator(f"#timeline .win[data-epoch='{epoch}']")).to_contain_text("sealed")
     expect(page.locator("#windows tbody tr")).to_have_count(len(states))
+    expect(page.locator("#windows")).to_contain_text("Cold copy deleted")  # the retention's
 
     tables = httpx.get(f"{site.base}/v1/streams/{STREAM}/tables", headers=site.h("admin")).json()
     expect(page.locator("#tables tbody tr")).to_have_count(len(tables["tables"]))

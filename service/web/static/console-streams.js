@@ -98,16 +98,18 @@ function timeline(w) {
     box.appendChild(Sel.el("div", "#" + x.epoch + " "));
     box.firstChild.appendChild(Sel.el("span", x.state, "state"));
     box.appendChild(Sel.el("div", "opened " + Console.time(x.opened_at).slice(5, 16)));
-    if (x.cold_sealed_at) box.appendChild(Sel.el("div", "sealed ✓"));
+    if (x.cold_deleted_at) box.appendChild(Sel.el("div", "cold copy deleted"));
+    else if (x.cold_sealed_at) box.appendChild(Sel.el("div", "sealed ✓"));
     if (x.observations !== null) box.appendChild(Sel.el("div", x.observations + " obs."));
     line.appendChild(box);
   }
   $("windows").replaceChildren(Console.table(
     ["Window", "State", ["Observations", "num"], "Opened", "Closed", "Sealed (cold store)",
-      "Raw data deleted", "Expired"],
+      "Hot raw data deleted", "Cold copy deleted", "Expired"],
     w.windows.map((x) => [x.epoch, Console.badge(x.state, x.state), x.observations,
       Console.time(x.opened_at), Console.time(x.closed_at), Console.time(x.cold_sealed_at),
-      Console.time(x.hot_deleted_at), Console.time(x.expired_at)]),
+      Console.time(x.hot_deleted_at), Console.time(x.cold_deleted_at),
+      Console.time(x.expired_at)]),
     "newest first; observations are counted exactly only while a window is hot",
   ));
 }
