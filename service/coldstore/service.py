@@ -42,6 +42,10 @@ from service.streams.lock import stream_lock
 log = logging.getLogger("selectivity.coldstore")
 
 SEGMENT_ENTRIES = 5000
+# Windows one run of the retention deletes at most (the seal job runs every scheduler tick: a
+# first run over a long history goes on at the next ticks), so one run's work and its audit
+# entry stay bounded.
+RETENTION_WINDOWS_PER_RUN = 1000
 
 
 # -- keys ---------------------------------------------------------------------------------
@@ -310,7 +314,8 @@ async def apply_retention(
     same transaction: a crash in between leaves rows naming missing files, which the next run
     deletes (an export under a grant meanwhile reports them as failed segments). Rows
     a window's deletion removes hold no raw data (a path, a size, a hash). Returns the windows
-    deleted; each run is audited (``coldstore.retention``)."""
+    deleted (at most ``RETENTION_WINDOWS_PER_RUN``, the oldest first); each run that deleted
+    something is audited (``coldstore.retention``: how many, the first and last window)."""
     epoch = await ctx.stores.windows.epoch(name)
     old = []
     if keep is not None and epoch is not None:
@@ -331,6 +336,7 @@ async def apply_retention(
                     Window.cold_deleted_at.is_(None),
                 )
                 .order_by(Window.epoch)
+                .limit(RETENTION_WINDOWS_PER_RUN)
             )
         )
     deleted: list[int] = []
@@ -364,7 +370,9 @@ async def apply_retention(
             action="coldstore.retention",
             target=f"stream:{name}",
             detail={
-                "windows": deleted,
+                "windows": len(deleted),
+                "first_window": deleted[0],
+                "last_window": deleted[-1],
                 "files": files_deleted,
                 "keep_windows": keep,
                 "closed_before": None if closed_before is None else closed_before.isoformat(),

@@ -55,8 +55,9 @@ async def test_windows_past_the_cold_retention_lose_their_segments(
         entries = list(
             await s.scalars(select(AuditEntry).where(AuditEntry.action == "coldstore.retention"))
         )
-    mine = [e for e in entries if e.target == f"stream:{name}"]
-    assert [w for e in mine for w in e.detail["windows"]] == [1, 2, 3, 4]
+    mine = [e.detail for e in entries if e.target == f"stream:{name}"]
+    assert sum(d["windows"] for d in mine) == 4
+    assert (mine[0]["first_window"], mine[-1]["last_window"]) == (1, 4)
     # the listing shows it
     listed = (await api.get(f"/v1/streams/{name}/windows", "admin")).json()["windows"]
     assert {w["epoch"] for w in listed if w["cold_deleted_at"]} == {1, 2, 3, 4}
@@ -95,6 +96,21 @@ async def test_a_deletion_cut_short_after_the_files_is_finished_by_the_next_run(
     assert {s.epoch for s in await segments(ctx, name)} == {3}
     ws = await _windows(api, name)
     assert ws[1].cold_deleted_at is not None and ws[2].cold_deleted_at is not None
+
+
+async def test_one_run_deletes_a_bounded_number_of_windows(
+    api: Api, cold_key: Key, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = await sealed_stream(
+        api, [rows(3, f"w{i}") for i in range(1, 6)], hot_windows=1, cold_retention_windows=1
+    )  # windows 1..5 closed, 6 open: all five are due
+    monkeypatch.setattr(coldstore, "RETENTION_WINDOWS_PER_RUN", 2)
+    deleted = [(await coldstore.seal_stream(ctx=api.ctx, name=name)).windows_deleted]
+    await jobs()
+    while deleted[-1] or len(deleted) < 2:
+        deleted.append((await coldstore.seal_stream(ctx=api.ctx, name=name)).windows_deleted)
+    assert sum(deleted) == 5 and max(deleted) == 2, deleted
+    assert {s.epoch for s in await segments(api.ctx, name)} == set()
 
 
 async def test_without_a_cold_retention_nothing_is_deleted(
