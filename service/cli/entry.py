@@ -117,6 +117,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
     _private_files()
     s = _settings()
     _secure_data_dir(s)
+    if s.embedded_redis:  # before the app's imports: a second serve on the data dir is refused
+        from service import resources
+
+        try:
+            resources.check_data_dir_free(s.data_dir)
+        except resources.DataDirInUse as exc:
+            sys.exit(f"error: {exc}")
     if s.run_worker_in_process:  # its imports run while this process imports the app
         from service.context import start_forkserver
 
