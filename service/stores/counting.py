@@ -17,7 +17,11 @@ from service.lua import source, status_of
 from service.stores.keys import Keys
 from service.stores.windows import mget_stepwise
 
-STAGE_TTL_SECONDS = 600  # a staging key a crashed counter left behind goes after this
+# A staging key a crashed counter left behind goes after this. A run stages its tables and
+# calls count.lua right after (well under a second; one whose key expired counts the run again),
+# and a part p >= 1's staged tables are exact counts: kept short, so that one left by a crash
+# outlives its window's raw rows (expiry, docs/PRIVACY.md "Partitions") by a minute at most.
+STAGE_TTL_SECONDS = 60
 
 
 class CountingStore:
