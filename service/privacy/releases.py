@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.anonymize import service as anonymize
@@ -38,6 +39,7 @@ from service.audits import service as audits
 from service.audits.store import AuditStore
 from service.context import AppContext
 from service.core.features.runtime import StreamRuntime
+from service.db.models import UnlockRequest
 from service.privacy import repository
 from service.queues import privacy as queues
 
@@ -347,6 +349,68 @@ async def reidentification_audits(inp: LedgerInput) -> list[dict[str, Any]]:
     ]
 
 
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+async def cold_store(inp: LedgerInput) -> list[dict[str, Any]]:
+    """The cold store: every raw row, sealed, released only by an export under a grant of M of
+    N admins (not DP); how long it keeps a window's rows (``cold_retention_windows``,
+    ``SELECTIVITY_COLD_RETENTION_DAYS``), and the grants open now: all of them to admins, a
+    requester's own to the requester."""
+    cfg = inp.rt.config
+    limits = []
+    if cfg.cold_retention_windows is not None:
+        limits.append(f"{cfg.cold_retention_windows} windows old (cold_retention_windows)")
+    days = inp.ctx.settings.cold_retention_days
+    if days is not None:
+        limits.append(f"closed {days:g} days ago (SELECTIVITY_COLD_RETENTION_DAYS)")
+    lifetime = (
+        "a window's rows are deleted once its hot data is gone and it is "
+        + " or ".join(limits)
+        + ", whichever comes first"
+        if limits
+        else "kept for good: neither cold_retention_windows nor SELECTIVITY_COLD_RETENTION_DAYS "
+        "is set"
+    )
+    now = datetime.now(UTC)
+    q = select(UnlockRequest).where(
+        UnlockRequest.stream_id == inp.rt.id,
+        UnlockRequest.status == "granted",
+        UnlockRequest.expires_at > now,
+    )
+    if not inp.viewer.admin:
+        q = q.where(UnlockRequest.requested_by == inp.viewer.key_id)
+    items = [
+        {
+            "id": g.id,
+            "yours": g.requested_by == inp.viewer.key_id,
+            "windows": None if g.from_epoch is None else [g.from_epoch, g.to_epoch],
+            "created_at": _iso(g.granted_at),
+            "expires_at": _iso(g.expires_at),
+        }
+        for g in await inp.session.scalars(q.order_by(UnlockRequest.granted_at))
+    ]
+    return [
+        {
+            "kind": "cold-store export",
+            "dp": False,
+            "guarantee": "non-DP: raw rows, under a grant approved by M of N admins",
+            **NON_DP,
+            "reveals": "the raw rows of the windows (or times) a grant names: every feature, "
+            "the label, the row's id and arrival time",
+            "to": ["analyst"],
+            "readers": "the analyst who filed the request, while its grant is open (approved "
+            "by the threshold of distinct admins, never the requester's actor); every request, "
+            "approval and export is in the audit log",
+            "created": "sealed from the hot windows by the seal job; exported on request "
+            "(POST /v1/admin/unlock-requests, then the admins' approvals)",
+            "lifetime": lifetime + "; a grant lasts its TTL, at most 86,400 s",
+            "items": items,
+        }
+    ]
+
+
 KINDS: list[ReleaseKind] = [
     count_tables,
     table_selection,
@@ -355,6 +419,7 @@ KINDS: list[ReleaseKind] = [
     annotation_queue_scores,
     k_anonymised,
     reidentification_audits,
+    cold_store,
 ]
 """Every release kind of a stream, in the ledger's order: append a kind's function here."""
 

@@ -18,7 +18,7 @@ from service.db.models import AuditEntry, Stream, Window
 from tests.coldstore.conftest import Key, rows, sealed_stream, segments
 from tests.coldstore.test_unlock_edges import _file, _grant
 from tests.conftest import Api, Jobs, unique
-from tests.helpers import stream_body
+from tests.helpers import new_stream, stream_body
 
 
 async def _windows(api: Api, name: str) -> dict[int, Window]:
@@ -170,3 +170,37 @@ async def test_an_export_names_the_windows_the_retention_deleted(
     assert manifest["rows_per_window"] == [{"window": 3, "rows": 7}]
     assert manifest["deleted_by_retention"] == [1, 2]
     assert manifest["failed_segments"] == 0 and manifest["complete"]
+
+
+async def test_the_ledger_lists_the_cold_store_its_retention_and_open_grants(
+    api: Api, cold_key: Key, jobs: Jobs
+) -> None:
+    """A privacy officer reads in the stream's ledger that its raw rows are kept sealed, how
+    long, and which grants are open (an admin all of them; an analyst only their own)."""
+    name = await sealed_stream(
+        api, [rows(5, "a"), rows(5, "b")], hot_windows=1, cold_retention_windows=3
+    )
+    await _seal(api, name, jobs)
+
+    async def entry(role: str) -> dict:
+        r = await api.get(f"/v1/streams/{name}/privacy", role=role)
+        assert r.status_code == 200, r.text
+        (e,) = [x for x in r.json()["releases"] if x["kind"] == "cold-store export"]
+        return dict(e)
+
+    e = await entry("admin")
+    assert e["dp"] is False and e["epsilon"] is None and e["to"] == ["analyst"]
+    assert "3 windows old (cold_retention_windows)" in e["lifetime"] and e["items"] == []
+    rid = await _file(api, name, 1, 2)
+    await _grant(api, rid, cold_key)
+    (item,) = (await entry("admin"))["items"]
+    assert item["id"] == rid and item["windows"] == [1, 2] and item["yours"] is False
+    assert item["expires_at"].endswith("Z") and item["created_at"].endswith("Z")
+    (own,) = (await entry("analyst"))["items"]
+    assert own["id"] == rid and own["yours"] is True
+    await api.add_keys(other="analyst")
+    assert (await entry("other"))["items"] == []
+    plain = await new_stream(api, "coldplain")
+    r = await api.get(f"/v1/streams/{plain}/privacy", role="admin")
+    (kept,) = [x for x in r.json()["releases"] if x["kind"] == "cold-store export"]
+    assert kept["lifetime"].startswith("kept for good")
