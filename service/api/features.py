@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import CtxDep, JsonRoute, ModelKey
@@ -18,6 +18,7 @@ from service.errors import (
 from service.features import service
 from service.features.schemas import FeaturizeIn, FeaturizeOut, LabelRatesOut
 from service.models import service as models
+from service.streams.validation import check_integers
 
 router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRoute)
 
@@ -30,11 +31,12 @@ router = APIRouter(prefix="/v1/streams", tags=["features"], route_class=JsonRout
     ),
 )
 async def featurize(
-    body: FeaturizeIn, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
+    body: FeaturizeIn, request: Request, ctx: CtxDep, _: ModelKey, stream: str = StreamPath
 ) -> Response:
     """``{"rows": [...]}`` (at most ``SELECTIVITY_MAX_BATCH``) → ``{"epoch", "columns",
     "rows"}``: each row's count features from the served epoch's noisy tables. The rows are
     not kept."""
+    check_integers(await request.body(), items="rows")  # read already: the parsed body's bytes
     if body.model_id is not None:
         await models.check_serving(ctx=ctx, name=stream, model_id=body.model_id)
     out = await service.featurize(ctx=ctx, name=stream, rows=body.rows)

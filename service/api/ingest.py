@@ -16,6 +16,7 @@ from service.errors import (
 )
 from service.ingest import service
 from service.ingest.schemas import IngestIn, IngestOut
+from service.streams.validation import check_integers
 
 router = APIRouter(prefix="/v1/streams", tags=["ingest"], route_class=JsonRoute)
 
@@ -52,7 +53,8 @@ async def ingest(
     same body is answered as the first time and counted once, for
     ``SELECTIVITY_IDEMPOTENCY_TTL_SECONDS`` (7 days) whatever the rolls; a stream remembers at
     most ``SELECTIVITY_IDEMPOTENCY_MAX_KEYS`` keys (a new key beyond them: 429)."""
-    service.check_integers(await request.body())  # read already: the parsed body's bytes
+    # read already: the parsed body's bytes
+    check_integers(await request.body(), items="observations", values="features")
     out, replayed = await service.ingest(
         ctx=ctx,
         name=stream,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from service.admin.service import Principal
 from service.api.deps import INT64_MAX, AnyKey, CtxDep, JsonRoute, SessionDep, require
@@ -34,6 +34,7 @@ from service.queues.schemas import (
     TasksOut,
 )
 from service.streams.schemas import NAME_PATTERN
+from service.streams.validation import check_integers
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], route_class=JsonRoute)
 QueuePath = Path(pattern=NAME_PATTERN, max_length=64)
@@ -95,10 +96,12 @@ async def get_queue(ctx: CtxDep, _: QueueKey, queue: str = QueuePath) -> QueueOu
     responses=error_responses(NotFound, PayloadTooLarge, ValidationError, Unavailable),
 )
 async def candidates(
-    body: CandidatesIn, ctx: CtxDep, _: CuratorKey, queue: str = QueuePath
+    body: CandidatesIn, request: Request, ctx: CtxDep, _: CuratorKey, queue: str = QueuePath
 ) -> CandidatesOut:
     """Submit candidate examples. The answer and its timing are the same whether or not a
     candidate was kept, so that a submitter cannot tell."""
+    # read already: the parsed body's bytes
+    check_integers(await request.body(), items="candidates", values="record")
     return await service.submit(ctx=ctx, name=queue, body=body)
 
 

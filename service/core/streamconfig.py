@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 FEATURE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 
-# A feature value in a row. Integers are kept exact in [-2^63, 2^64-1]; ingest refuses larger
-# ones by reading the raw body (service.ingest.service.check_integers: the JSON parser has made
-# them floats by then), and the bound here documents the range in the OpenAPI document.
+# A feature value in a row. Integers are kept exact in [-2^63, 2^64-1]; ingest, featurize,
+# predict and queue candidates refuse larger ones by reading the raw body
+# (service.streams.validation.check_integers: the JSON parser has made them floats by then),
+# and the bound here documents the range in the OpenAPI document.
 ExactInt = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
 Scalar = str | ExactInt | float | bool | None
 

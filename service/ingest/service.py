@@ -16,10 +16,8 @@ far less."""
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 from sqlalchemy import select
@@ -36,13 +34,6 @@ MAX_WINDOW_RETRIES = 8
 # How long an API process trusts "no cold-store key yet" (a key, once made, is never removed:
 # "a key exists" is trusted for the life of the process).
 NO_KEY_RECHECK_SECONDS = 1.0
-# Integers a body may hold exactly: orjson parses a wider one as a float, silently rounded, so
-# distinct values (a categorical identifier) would collide. Such integers are refused.
-INT_MIN, INT_MAX = -(2**63), 2**64 - 1
-# Every integer outside the range has 19 digits or more: a body's digits mapped to "1", the
-# other bytes to "0", looked for as a run of 19 (two C-speed passes, ~1 ms a MiB).
-_DIGITS = bytes(49 if 48 <= b <= 57 else 48 for b in range(256))
-_LONG_RUN = b"1" * 19
 REUSED_KEY = "Idempotency-Key reused with a different request body"
 KEYS_FULL = (
     "stream {name!r} remembers {cap} Idempotency-Keys (SELECTIVITY_IDEMPOTENCY_MAX_KEYS) for "
@@ -145,28 +136,6 @@ def legacy_fingerprint(rows: list[bytes]) -> str:
         digest.update(b"%d:" % len(row))
         digest.update(row)
     return digest.hexdigest()
-
-
-def check_integers(raw: bytes) -> None:
-    """Refuse a feature value that is an integer outside [INT_MIN, INT_MAX] (422 naming it):
-    the parsed body holds it as a rounded float. Bodies without a run of 19 digits (nearly
-    all) are not parsed again."""
-    if _LONG_RUN not in raw.translate(_DIGITS):
-        return
-    try:
-        body: Any = json.loads(raw)  # exact integers; only to find the offending value
-    except ValueError:
-        return
-    observations = body.get("observations") if isinstance(body, dict) else None
-    for i, o in enumerate(observations if isinstance(observations, list) else []):
-        features = o.get("features") if isinstance(o, dict) else None
-        for name, value in (features if isinstance(features, dict) else {}).items():
-            if type(value) is int and not INT_MIN <= value <= INT_MAX:
-                raise ValidationError(
-                    f"observations[{i}].features.{str(name)[:64]}: integer outside the range "
-                    f"[-2^63, 2^64-1] kept exact; send it as a string (an identifier) or as a "
-                    f"float literal (a quantity)"
-                )
 
 
 def validate(ctx: AppContext, rt: StreamRuntime, body: IngestIn) -> None:

@@ -14,6 +14,7 @@ from service.lifecycle import roll as lifecycle_roll
 from service.streams import service as streams
 from tests.conftest import Api
 from tests.helpers import new_stream, obs, window_cells
+from tests.queues.test_queues import make_queue
 
 REUSED = "Idempotency-Key reused with a different request body"
 
@@ -192,3 +193,22 @@ async def test_a_key_stored_before_fingerprints_is_still_a_retry(api: Api) -> No
     assert r.status_code == 202 and r.json() == {"accepted": 5, "window": 1}
     assert r.headers.get("Idempotent-Replayed") == "true"
     assert (await window_cells(api.ctx, name, 1))["_hot"] in (None, b"0")
+
+
+async def test_featurize_predict_and_candidates_refuse_them_too(api: Api) -> None:
+    """An integer beyond 64 bits would be a rounded float there: it could only miss the value
+    ingest stored, or collide with another; refused the same way, naming the field."""
+    name = await new_stream(api, "big")
+    big = 2**70
+    rows = [{"user": "a"}, {"user": big}]
+    for path in ("featurize", "predict"):
+        r = await api.post(f"/v1/streams/{name}/{path}", role="model", json={"rows": rows})
+        assert r.status_code == 422, (path, r.text)
+        detail = r.json()["detail"]
+        assert "rows[1].user" in detail and "2^64-1" in detail and str(big) not in detail
+    await api.add_keys(curator="curator")
+    queue = await make_queue(api, payload_kind="record", stream=name, labels=None)
+    candidates = [{"record": {"x": 1}}, {"record": {"x": big}}]
+    r = await api.post(f"/v1/queues/{queue}/candidates", "curator", json={"candidates": candidates})
+    assert r.status_code == 422, r.text
+    assert "candidates[1].record.x" in r.json()["detail"]
