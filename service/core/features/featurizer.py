@@ -53,6 +53,7 @@ class DerivedCache:
 
     by_key: list[dict[bytes, bytes]]
     by_value: list[dict[object, bytes]]
+    held: int = 0  # keys in by_key, all tables (kept as they are added and dropped)
 
     @classmethod
     def empty(cls, n_tables: int) -> DerivedCache:
@@ -64,12 +65,18 @@ class DerivedCache:
 
     def make_room(self, n: int) -> None:
         """Drop the biggest tables' keys (and values) until ``n`` more keys fit."""
-        held = sum(len(c) for c in self.by_key)
-        while held and held + n > FEW_CACHE_KEYS:
+        while self.held and self.held + n > FEW_CACHE_KEYS:
             j = max(range(len(self.by_key)), key=lambda t: len(self.by_key[t]))
-            held -= len(self.by_key[j])
+            self.held -= len(self.by_key[j])
             self.by_key[j].clear()
             self.by_value[j].clear()
+
+    def add(self, j: int, key: bytes, block: bytes) -> None:
+        """Keep ``block`` as table ``j``'s derived columns of ``key``."""
+        keys = self.by_key[j]
+        if key not in keys:
+            self.held += 1
+        keys[key] = block
 
 
 @dataclass(frozen=True)
@@ -397,7 +404,8 @@ class Featurizer:
         cache.make_room(len(missing))
         room = cache.values_per_table
         for (j, place, key, value), block in zip(missing, blocks, strict=True):
-            found[place] = cache.by_key[j][key] = block
+            found[place] = block
+            cache.add(j, key, block)
             if value is not _NOT_HELD:
                 _hold(cache.by_value[j], value, block, room)
 
