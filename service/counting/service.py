@@ -191,6 +191,8 @@ async def _count_part(
             await store.unstage(
                 stream=rt.name, window=window, token=token, table_ids=staged_ids, part=p
             )
+        elif staged_ids:  # moved into place by the compare-and-set
+            await store.done(stream=rt.name, window=window, token=token, part=p)
         if status == "missing" and b":stage:" in (current_ or b""):
             continue  # a staging key expired before the call: count the run again
         if status == "missing":

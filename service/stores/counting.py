@@ -17,10 +17,10 @@ from service.lua import source, status_of
 from service.stores.keys import Keys
 from service.stores.windows import mget_stepwise
 
-# A staging key a crashed counter left behind goes after this. A run stages its tables and
-# calls count.lua right after (well under a second; one whose key expired counts the run again),
-# and a part p >= 1's staged tables are exact counts: kept short, so that one left by a crash
-# outlives its window's raw rows (expiry, docs/PRIVACY.md "Partitions") by a minute at most.
+# A staging key a crashed counter left behind goes after this, or with the window's raw rows
+# (the run is recorded in the part's meta: WindowStore.delete_hot), whichever is first. A run
+# stages its tables and calls count.lua right after (well under a second; one whose key expired
+# counts the run again); a part p >= 1's staged tables are exact counts (docs/PRIVACY.md).
 STAGE_TTL_SECONDS = 60
 
 
@@ -59,20 +59,30 @@ class CountingStore:
         self, *, stream: str, window: int, token: str, tables: dict[int, bytes], part: int = 0
     ) -> None:
         """Write tables' new cells to this run's staging keys (``Keys.stage``), for count.lua
-        to move into place if its compare-and-set succeeds."""
+        to move into place if its compare-and-set succeeds. The run is recorded first in the
+        part's meta (field ``stage:<token>``: its table ids), so that a run a crash left can be
+        found and its keys deleted with the window's hot data (``WindowStore.delete_hot``)
+        rather than left to their TTL; ``done`` drops the record."""
         pipe = self.r.pipeline(transaction=False)
+        ids = " ".join(str(t) for t in tables)
+        pipe.hset(self.k.meta(stream, window, part), f"stage:{token}", ids)
         for t, value in tables.items():
             pipe.set(self.k.stage(stream, window, token, t, part), value, ex=STAGE_TTL_SECONDS)
         await pipe.execute()
 
+    async def done(self, *, stream: str, window: int, token: str, part: int = 0) -> None:
+        """The run's staging keys are moved into place or deleted: its record goes."""
+        await self.r.hdel(self.k.meta(stream, window, part), f"stage:{token}")
+
     async def unstage(
         self, *, stream: str, window: int, token: str, table_ids: list[int], part: int = 0
     ) -> None:
-        """Delete a run's staging keys that a failed compare-and-set left."""
+        """Delete a run's staging keys that a failed compare-and-set left, and its record."""
         if table_ids:
             pipe = self.r.pipeline(transaction=False)
             for t in table_ids:
                 pipe.delete(self.k.stage(stream, window, token, t, part))
+            pipe.hdel(self.k.meta(stream, window, part), f"stage:{token}")
             await pipe.execute()
 
     async def batch_ids(self, s: str, w: int, p: int, start: int, stop: int) -> list[bytes]:

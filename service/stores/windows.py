@@ -243,7 +243,23 @@ class WindowStore:
             )
 
     async def delete_hot(self, s: str, w: int, *, parts: int = 1) -> None:
+        """Delete the window's raw rows (every part's hot stream, counted runs by column,
+        per-user counters, listed batches) and the staging keys of counting runs a crash left
+        (recorded in the part's meta: ``CountingStore.stage``), which in a part p ≥ 1 hold
+        exact counts and must not outlive the raw rows."""
         for p in range(parts):
+            meta = self.k.meta(s, w, p)
+            runs = {
+                k: v
+                for k, v in cast(dict[bytes, bytes], await self.r.hgetall(meta)).items()
+                if k.startswith(b"stage:")
+            }
+            for field, ids in runs.items():
+                token = field.decode()[len("stage:") :]
+                keys = [self.k.stage(s, w, token, int(t), p) for t in ids.split()]
+                if keys:
+                    await self.r.unlink(*keys)
+                await self.r.hdel(meta, field)
             await self.r.unlink(
                 self.k.hot(s, w, p),
                 self.k.cols(s, w, p),

@@ -297,6 +297,45 @@ async def test_no_exact_part_outlives_the_raw_rows_of_its_window(api: Api, jobs:
     np.testing.assert_array_equal(await _window(api, name, w), expected)
 
 
+async def test_a_crashed_runs_staged_tables_go_with_the_raw_rows(
+    api: Api, jobs: Jobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A counting run stages a part's new cells (exact counts in a part p ≥ 1) and dies before
+    its compare-and-set: its staging keys are recorded in the part's meta, and the expiry that
+    deletes the window's raw rows deletes them too, rather than leaving them to their TTL."""
+    name = await new_stream(api, "prs", partitions=PARTS, hot_windows=1)
+    ctx = api.ctx
+    assert (await _post(api, name, _rows(60, users=20, seed=11))).status_code == 202
+    rt = await streams.runtime(ctx=ctx, name=name)
+    ids = [t.id for t in rt.tables]
+    store = ctx.stores.counting
+    await store.stage(  # the crashed run: staged, never counted
+        stream=name, window=1, token="crashed", tables={t: b"\0" * 16 for t in ids}, part=2
+    )
+    staged = [ctx.keys.stage(name, 1, "crashed", t, 2) for t in ids]
+    assert all([await ctx.redis.exists(k) for k in staged])
+    # a run that succeeds (its tables staged: every one written whole) leaves no record
+    monkeypatch.setattr(counting, "DENSE_RATIO", 10**9)
+    done_parts: list[int] = []
+    done = store.done
+
+    async def recorded(**kw: Any) -> None:
+        done_parts.append(kw["part"])
+        await done(**kw)
+
+    monkeypatch.setattr(store, "done", recorded)
+    await counting.count_window(ctx=ctx, rt=rt, window=1)
+    assert len(set(done_parts)) == PARTS  # every part's run staged its tables
+    fields = await ctx.redis.hkeys(ctx.keys.meta(name, 1, 2))
+    assert [f for f in fields if f.startswith(b"stage:")] == [b"stage:crashed"]
+    assert (await api.post(f"/v1/streams/{name}/roll")).status_code == 200
+    await jobs()
+    assert (await coldstore.seal_stream(ctx=ctx, name=name)).windows_sealed == 1
+    assert not await ctx.redis.exists(ctx.keys.hot(name, 1, 2))  # the raw rows went
+    assert not any([await ctx.redis.exists(k) for k in staged])  # and the staged tables
+    assert not [f for f in await ctx.redis.hkeys(ctx.keys.meta(name, 1, 2)) if b"stage" in f]
+
+
 @pytest.mark.parametrize("at", ["after part 0", "before part 1", "inside part 0"])
 async def test_a_read_that_a_fold_overtakes_counts_every_part_once(
     api: Api, monkeypatch: pytest.MonkeyPatch, at: str
