@@ -45,6 +45,7 @@ from service.context import AppContext, start_process_pool, stop_process_pool
 from service.core import logsafe
 from service.db import session as db_session
 from service.errors import ServiceError
+from service.features import service as features
 from workers import runner
 
 log = logging.getLogger("selectivity")
@@ -143,6 +144,9 @@ def create_app(settings: Settings | None = None, *, ctx: AppContext | None = Non
         worker = None
         if own.executor is not None:
             worker = asyncio.create_task(runner.run_in_process(own))
+        # the featurizers of epochs no longer served go within seconds (cancelled by
+        # resources.close)
+        own.caches.background["featurizers"] = asyncio.create_task(features.sweep_forever(own))
         if settings.metrics_token is not None:  # cancelled by resources.close
             own.caches.background["metrics"] = asyncio.create_task(
                 operator_metrics.refresh_forever(own)

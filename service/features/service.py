@@ -114,6 +114,46 @@ async def _read_and_build(ctx: AppContext, name: str, epoch: int) -> Featurizer:
     return await asyncio.to_thread(Featurizer.build, rt, agg)
 
 
+# How often each API process drops the featurizers of epochs no longer served
+# (``sweep_forever``, started by the API's lifespan).
+SWEEP_SECONDS = 5.0
+
+
+async def drop_stale(ctx: AppContext) -> int:
+    """Drop this process's featurizers of epochs no longer served: the served one behind the
+    ``served`` pointer (a roll moved it, here or in another process) and any built ahead for an
+    epoch before it. Without this, a process keeps the previous epoch's aggregate (noisy
+    tables of a window that left the count period) until its next request for the stream,
+    which for an idle stream is never: the one-time reader of process memory would read one
+    window more than R + H (docs/PRIVACY.md). Its arrays are large, so freeing them returns
+    their pages to the system. Returns how many were dropped."""
+    dropped = 0
+    store = ctx.stores.windows
+    names = set(ctx.caches.featurizers) | set(ctx.caches.featurizers_ahead)
+    for name in names:
+        served = await store.served(name)
+        # (read after the await: what a request put there meanwhile is judged, not missed)
+        entry = ctx.caches.featurizers.get(name)
+        if entry is not None and (served is None or entry[1].epoch != served):
+            del ctx.caches.featurizers[name]
+            dropped += 1
+        ahead = ctx.caches.featurizers_ahead.get(name)
+        if ahead is not None and (served is None or ahead[0] < served):
+            del ctx.caches.featurizers_ahead[name]
+            dropped += 1
+    return dropped
+
+
+async def sweep_forever(ctx: AppContext) -> None:
+    """``drop_stale`` every ``SWEEP_SECONDS``."""
+    while True:
+        await asyncio.sleep(SWEEP_SECONDS)
+        try:
+            await drop_stale(ctx)
+        except Exception as exc:  # Redis away for a while: the next sweep tries again
+            log.warning("dropping stale featurizers failed: %s", type(exc).__name__)
+
+
 def _load_ahead_soon(ctx: AppContext, name: str, epoch: int) -> None:
     """Wait in the background for the aggregate of ``epoch`` + 1 (built ahead of the roll when
     the stream has two or more hot windows, ``windows.build_next``) and load its featurizer,

@@ -56,3 +56,24 @@ async def test_a_roll_in_this_process_is_seen_at_once(
     assert (await features.featurize(ctx=api.ctx, name=name, rows=PROBE))["epoch"] == 1
     assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2
     assert (await features.featurize(ctx=api.ctx, name=name, rows=PROBE))["epoch"] == 2
+
+
+async def test_a_process_drops_the_featurizer_of_an_epoch_no_longer_served(
+    api: Api, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process rolls the stream and this one gets no request for it: its featurizer of
+    the previous epoch (an aggregate with a window that has left the count period) goes at its
+    next sweep, not at its next request; the served one stays."""
+    monkeypatch.setattr(features, "_load_ahead_soon", lambda *_: None)
+    name = await new_stream(api, "swp")
+    await ingest(api, name, [obs("alice", "x", 20, "1")])
+    async with app_context(backend.settings, backend.embedded) as other:  # a second process
+        assert (await features.featurize(ctx=other, name=name, rows=PROBE))["epoch"] == 1
+        assert await features.drop_stale(other) == 0  # served: kept
+        assert name in other.caches.featurizers
+        assert await lifecycle_roll.roll(ctx=api.ctx, name=name) == 2  # elsewhere
+        assert await features.drop_stale(other) == 1
+        assert name not in other.caches.featurizers
+        assert (await features.featurize(ctx=other, name=name, rows=PROBE))["epoch"] == 2
+        assert await features.drop_stale(other) == 0
+        assert other.caches.featurizers[name][1].epoch == 2
