@@ -24,8 +24,10 @@ from service.config import Settings
 from service.counting import service as counting
 from service.db.migrate import upgrade
 from service.ingest import service as ingest_service
+from service.queues import service as qservice
 from tests.conftest import Api, app_context, in_process_api, make_cold_key, unique
 from tests.helpers import obs, stream_body
+from tests.queues import test_queues as queue_tests
 from workers.runner import run_in_process
 
 pytestmark = pytest.mark.slow  # a three-node Redis Cluster in subprocesses
@@ -252,3 +254,26 @@ async def test_a_stream_of_several_parts_spreads_over_the_masters(
     row = r.json()["rows"][0]
     assert (row[cols.index("user:count:0")], row[cols.index("user:count:1")]) == (1.0, 1.0)
     assert rt.parts == 6
+
+
+async def test_an_annotation_queue_on_a_cluster(
+    cluster: list[int], cluster_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue's keys share one hash tag (``{q:<q>}``): candidates, the period's release, a
+    lease, a label and the export work on the three-master cluster as on one Redis."""
+    api = cluster_api
+    await api.add_keys(curator="curator", ann1="annotator")
+    monkeypatch.setattr(qservice, "bernoulli_mask", queue_tests.MaskSpy(force=True))
+    clock = queue_tests.Clock()
+    monkeypatch.setattr(qservice, "_now_ms", clock)
+    queues = [await queue_tests.make_queue(api, beta=0.5, k=2) for _ in range(3)]  # 3 tags
+    for q in queues:
+        await queue_tests.submit(api, q, ["Hello  World", "hello world", "other"])
+    for q in queues:
+        await queue_tests.release(api, q, clock)
+        (t,) = (await api.get(f"/v1/queues/{q}/next?n=5", "ann1")).json()["tasks"]
+        assert t["text"] == "hello world"  # k = 2 reached by one key only
+        r = await api.post(f"/v1/queues/{q}/tasks/{t['id']}/label", "ann1", json={"label": "1"})
+        assert r.status_code == 200, r.text
+        export = (await api.get(f"/v1/queues/{q}/labels", "curator")).json()
+        assert [(x["text"], x["label"]) for x in export["labels"]] == [("hello world", "1")]
