@@ -290,10 +290,18 @@ def redis_client(url: str, *, cluster: bool = False) -> Redis:
 async def _slow_log_off(redis: Redis) -> None:
     """An operator's Redis: turn its slow log off (it keeps the first arguments of slow
     commands, rows among them, in memory under no key the expiry deletes), or say that it must
-    be, when the server refuses CONFIG (a managed Redis)."""
+    be, when the server refuses CONFIG (a managed Redis). On a Redis Cluster, on every node:
+    each keeps its own slow log (a keyless command would reach one node only)."""
     try:
-        await redis.config_set("slowlog-log-slower-than", -1)
-        await redis.slowlog_reset()
+        if isinstance(redis, RedisCluster):
+            every = RedisCluster.ALL_NODES
+            await redis.execute_command(
+                "CONFIG SET", "slowlog-log-slower-than", -1, target_nodes=every
+            )
+            await redis.execute_command("SLOWLOG RESET", target_nodes=every)
+        else:
+            await redis.config_set("slowlog-log-slower-than", -1)
+            await redis.slowlog_reset()
     except Exception as exc:  # noqa: BLE001 - any refusal: the operator must do it
         log.warning(
             "could not turn off the Redis slow log (%s): set slowlog-log-slower-than -1 on the "

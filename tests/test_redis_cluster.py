@@ -277,3 +277,41 @@ async def test_an_annotation_queue_on_a_cluster(
         assert r.status_code == 200, r.text
         export = (await api.get(f"/v1/queues/{q}/labels", "curator")).json()
         assert [(x["text"], x["label"]) for x in export["labels"]] == [("hello world", "1")]
+
+
+async def test_the_aof_of_every_master_is_rewritten_after_hot_data_is_deleted(
+    cluster: list[int], cluster_api: Api
+) -> None:
+    """Deleted hot data must leave every master's AOF, not one node's: the rewrite goes to
+    each primary (a keyless command has no slot to route by)."""
+    def rewrites() -> list[int]:
+        out = []
+        for port in cluster:
+            with redis.Redis(port=port) as node:
+                while node.info("persistence")["aof_rewrite_in_progress"]:
+                    time.sleep(0.05)
+                out.append(int(node.info("stats")["total_forks"]))  # a rewrite forks
+        return out
+
+    for port in cluster:
+        with redis.Redis(port=port) as node:
+            node.config_set("appendonly", "yes")
+    try:
+        rewrites()  # the rewrite that switching the AOF on starts, finished
+        before = rewrites()
+        assert await cluster_api.ctx.stores.windows.rewrite_aof()
+        after = rewrites()
+        assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+    finally:
+        for port in cluster:
+            with redis.Redis(port=port) as node:
+                node.config_set("appendonly", "no")
+
+
+async def test_the_slow_log_is_off_on_every_master(cluster: list[int], cluster_api: Api) -> None:
+    """The slow log keeps slow commands' first arguments (rows among them) in memory: the
+    service turns it off on each node of a cluster, not only the one a keyless command
+    reaches (``cluster_api`` built the context, which did it)."""
+    for port in cluster:
+        with redis.Redis(port=port) as node:
+            assert int(node.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]) < 0

@@ -5,13 +5,14 @@ count-period aggregate, the hot stream (docs/ARCHITECTURE.md). No rules here: se
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from service.core.tables import cells as cell_codec
@@ -441,9 +442,22 @@ class WindowStore:
 
     async def rewrite_aof(self) -> bool:
         """Rewrite the AOF so deleted hot data leaves the persistence files
-        (docs/ARCHITECTURE.md, "Storage")."""
+        (docs/ARCHITECTURE.md, "Storage"): of every primary of a Redis Cluster (a keyless
+        command has no slot to be routed by, and each master holds its own AOF). True if a
+        rewrite was started on every node with the AOF on (and at least one)."""
+        if isinstance(self.r, RedisCluster):
+            started = [
+                await self._rewrite_aof_on(
+                    functools.partial(self.r.execute_command, target_nodes=node)
+                )
+                for node in self.r.get_primaries()
+            ]
+            return any(started)
+        return await self._rewrite_aof_on(self.r.execute_command)
+
+    async def _rewrite_aof_on(self, execute: Callable[..., Awaitable[Any]]) -> bool:
         try:
-            conf = await self.r.config_get("appendonly")
+            conf = await execute("CONFIG GET", "appendonly")
         except Exception:  # CONFIG may be disabled on managed Redis
             return False
         raw = cast(dict[Any, Any], conf)
@@ -454,7 +468,7 @@ class WindowStore:
         # start ours (Redis refuses a second one while one runs).
         for _ in range(600):
             try:
-                await self.r.bgrewriteaof()
+                await execute("BGREWRITEAOF")
                 return True
             except ResponseError as exc:
                 if "already in progress" not in str(exc):
