@@ -51,3 +51,13 @@ async def test_the_service_turns_the_slow_log_off_on_the_redis_it_runs_on(api: A
     off where the server allows CONFIG."""
     got = await api.ctx.redis.config_get("slowlog-log-slower-than")
     assert int(got["slowlog-log-slower-than"]) < 0
+
+
+def test_compose_runs_redis_with_every_write_in_the_aof_before_its_answer() -> None:
+    """With ``appendfsync everysec`` a stalled fsync makes Redis hold its AOF writes back for
+    up to 2 s while it still answers: a SIGKILL then loses acknowledged batches
+    (tests/deploy/test_compose_up.py kills Redis mid-ingest)."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    command = compose["services"]["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--appendfsync") + 1] == "always"

