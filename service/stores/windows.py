@@ -92,15 +92,24 @@ class WindowStore:
         prior: np.ndarray,
         state: str,
     ) -> bool:
-        token = secrets.token_hex(8)
         values = {self.k.table(s, w, tid, p): cells for tid, cells in tables.items()}
         values[self.k.prior(s, w, p)] = prior
+        meta = self.k.meta(s, w, p)
+        return bool(await self._staged_move(self._prepare, meta, values, [state, len(values)]))
+
+    async def _staged_move(
+        self, script: Any, meta: str, values: dict[str, np.ndarray], args: list[Any]
+    ) -> Any:
+        """Stage ``values`` (key → cells) by plain SETs under keys of their own (Redis serves
+        others between them), then run ``script`` (``prepare.lua``, ``fold.lua``) on the meta
+        hash, the keys and their staging keys, which moves them into place by RENAME; the
+        staging keys are deleted if anything fails before."""
+        token = secrets.token_hex(8)
         stages = [f"{key}:stage:{token}" for key in values]
         try:
             for stage, cells in zip(stages, values.values(), strict=True):
                 await self.r.set(stage, cell_codec.encode(cells), ex=STAGE_TTL_SECONDS)
-            keys = [self.k.meta(s, w, p), *values, *stages]
-            return bool(await self._prepare(keys=keys, args=[state, len(values)]))
+            return await script(keys=[meta, *values, *stages], args=args)
         except BaseException:
             await asyncio.shield(self.r.delete(*stages))
             raise
@@ -191,22 +200,9 @@ class WindowStore:
                 total = sums[i]
                 if total is not None and b is not None:
                     total += cell_codec.decode(b)
-        present = [(k, v) for k, v in zip(keys, sums, strict=True) if v is not None]
-        token = secrets.token_hex(8)
-        stages = [f"{k}:stage:{token}" for k, _ in present]
-        try:
-            for stage, (_, cells) in zip(stages, present, strict=True):
-                await self.r.set(stage, cell_codec.encode(cells), ex=STAGE_TTL_SECONDS)
-            moved = int(
-                await self._fold(
-                    keys=[self.k.meta(s, w, 0), *(k for k, _ in present), *stages],
-                    args=[len(present)],
-                )
-            )
-        except BaseException:
-            await asyncio.shield(self.r.delete(*stages))
-            raise
-        return moved >= 0
+        present = {k: v for k, v in zip(keys, sums, strict=True) if v is not None}
+        moved = await self._staged_move(self._fold, self.k.meta(s, w, 0), present, [len(present)])
+        return int(moved) >= 0
 
     async def _read_part(
         self, s: str, w: int, p: int, table_ids: Sequence[int], cells: int
