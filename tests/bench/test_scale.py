@@ -157,9 +157,9 @@ def test_tree_cpu_never_goes_back() -> None:
     meter = TreeCpu(os.getpid())
     a = meter()
     t = time.process_time()
-    while time.process_time() - t < 0.05:
+    while time.process_time() - t < 0.1:
         pass
-    assert meter() >= a + 0.04
+    assert meter() >= a + 0.05  # (the kernel counts in 10 ms ticks: room for two)
     assert TreeCpu(2**22 + 12345)() == 0.0  # no such process
 
 
